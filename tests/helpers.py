@@ -1,0 +1,91 @@
+"""Shared test helpers: config-only model folders and fresh Python processes.
+
+Plugin state (registrations, the MLA check) lives in the process, so every comparison
+"with the plugin" vs "without it" runs each side in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from vllm_kimi_eagle import tiny_models
+
+# Environment for child processes: CPU build, small KV cache, quiet progress bars.
+BASE_ENV = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def write_config_only_models(root: str, draft_overrides: dict | None = None) -> tuple[str, str]:
+    """A tiny target (config + tokenizer) and a kimi_k2 MLA draft config, no weights."""
+    target = os.path.join(root, "target")
+    draft = os.path.join(root, "draft")
+    os.makedirs(target, exist_ok=True)
+    os.makedirs(draft, exist_ok=True)
+    tiny_models.write_tokenizer(target)
+    with open(os.path.join(target, "config.json"), "w") as f:
+        json.dump(dict(tiny_models.TARGET_CONFIG, rope_parameters=tiny_models.ROPE), f)
+    config = tiny_models.draft_config(tiny_models.DRAFT_VARIANTS[0], "eagle3")
+    for key, value in (draft_overrides or {}).items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    with open(os.path.join(draft, "config.json"), "w") as f:
+        json.dump(config, f)
+    return target, draft
+
+
+def run_python(code: str, env: dict | None = None, timeout: int = 600) -> dict:
+    """Run ``code`` in a fresh interpreter; it must print one JSON object last."""
+    full_env = {**os.environ, **BASE_ENV, **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise AssertionError(
+            f"child process failed (exit {proc.returncode}):\n"
+            f"stdout tail:\n{proc.stdout[-3000:]}\nstderr tail:\n{proc.stderr[-5000:]}"
+        )
+    result = json.loads(lines[-1])
+    result["_stderr"] = proc.stderr
+    return result
+
+
+ENGINE_CONFIG_PROBE = """
+import json
+from vllm.engine.arg_utils import EngineArgs
+try:
+    config = EngineArgs(
+        model={target!r},
+        speculative_config={{"method": "eagle3", "model": {draft!r}, "num_speculative_tokens": 3}},
+        max_model_len=256,
+    ).create_engine_config()
+except Exception as err:
+    print(json.dumps({{"error": f"{{type(err).__name__}}: {{err}}"}}))
+else:
+    draft = config.speculative_config.draft_model_config
+    print(json.dumps({{
+        "use_mla": draft.use_mla,
+        "target_use_mla": config.model_config.use_mla,
+        "inner_model_type": draft.hf_config.model.model_type,
+        "architectures": draft.architectures,
+        "top_level_layer_ids": getattr(draft.hf_config, "eagle_aux_hidden_state_layer_ids", None),
+    }}))
+"""
+
+
+def probe_engine_config(target: str, draft: str, env: dict | None = None) -> dict:
+    """create_engine_config() for target + eagle3 draft in a fresh process."""
+    return run_python(ENGINE_CONFIG_PROBE.format(target=target, draft=draft), env=env)

@@ -1,0 +1,68 @@
+"""vllm-kimi-eagle: Kimi-K2.x EAGLE3 speculative decoding with MLA drafts, as a vLLM plugin.
+
+vLLM calls :func:`register` through the ``vllm.general_plugins`` entry point in every
+process it starts. It must stay cheap and idempotent and must not initialise CUDA: model
+classes are registered as lazy ``"module:Class"`` strings.
+
+Environment variables:
+
+``VLLM_KIMI_EAGLE_DRAFT``
+    ``plugin`` (default): the MLA EAGLE3 draft architectures are served by this plugin's
+    class. ``upstream``: keep vLLM's in-tree class (config fixes stay on). To disable the
+    plugin entirely, set ``VLLM_PLUGINS=""`` (vLLM's own switch).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+__version__ = "0.1.0"
+
+DRAFT_ENV = "VLLM_KIMI_EAGLE_DRAFT"
+DRAFT_CHOICES = ("plugin", "upstream")
+# Draft architectures served by this plugin, and the class that serves them.
+DRAFT_CLASS = "vllm_kimi_eagle.draft_model:Eagle3DeepseekV2ForCausalLM"
+DRAFT_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
+
+logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
+_registered = False
+
+
+def draft_choice(environ=os.environ) -> str:
+    """Which draft class the user asked for through ``VLLM_KIMI_EAGLE_DRAFT``."""
+    value = environ.get(DRAFT_ENV, "plugin").strip().lower() or "plugin"
+    if value not in DRAFT_CHOICES:
+        raise ValueError(
+            f"environment variable {DRAFT_ENV}={environ.get(DRAFT_ENV)!r} is not one of "
+            f"{', '.join(DRAFT_CHOICES)}; set it to 'upstream' to keep vLLM's in-tree "
+            "draft class, or unset it to use this plugin's."
+        )
+    return value
+
+
+def register() -> None:
+    """Entry point of the ``vllm.general_plugins`` group (idempotent, no CUDA)."""
+    global _registered
+    if _registered:
+        return
+    from vllm_kimi_eagle import vllm_compat
+
+    act, message = vllm_compat.support_verdict(vllm_compat.installed_vllm_version())
+    if message:
+        logger.warning(message)
+    if not act:
+        _registered = True
+        return
+
+    from vllm import ModelRegistry
+
+    from vllm_kimi_eagle.config_alias import register_config_alias
+    from vllm_kimi_eagle.mla_detection import install_mla_detection
+
+    register_config_alias()
+    install_mla_detection()
+    if draft_choice() == "plugin":
+        for architecture in DRAFT_ARCHITECTURES:
+            ModelRegistry.register_model(architecture, DRAFT_CLASS)
+    _registered = True

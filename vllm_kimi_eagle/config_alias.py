@@ -1,0 +1,84 @@
+"""The ``kimi_k2`` config alias: a DeepSeek-V3 config under Kimi's model_type.
+
+Kimi-K2.x targets and the lightseekorg MLA drafts say ``"model_type": "kimi_k2"`` in
+config.json. transformers does not know that name, and vLLM maps it to
+``DeepseekV3Config`` itself, relabelling that shared class as it goes. We give the name a
+class of its own, so ``deepseek_v3`` stays ``deepseek_v3``, and we refuse a kimi_k2 config
+that lacks the MLA dimensions instead of quietly filling in DeepSeek-V3's defaults.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+
+from transformers import AutoConfig, DeepseekV3Config
+
+from vllm_kimi_eagle import vllm_compat
+
+logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
+
+MODEL_TYPE = "kimi_k2"
+# Fields that make a kimi_k2 config an MLA config. Their DeepSeek-V3 defaults would be
+# applied silently if they were missing, so a missing one is an error.
+REQUIRED_MLA_FIELDS = ("kv_lora_rank", "qk_rope_head_dim")
+
+
+class KimiConfigError(ValueError):
+    """A kimi_k2 config.json that cannot describe an MLA model."""
+
+
+def missing_mla_fields(config_dict: dict) -> list[str]:
+    """The MLA fields a kimi_k2 config dict lacks (absent or null), in a fixed order."""
+    return [field for field in REQUIRED_MLA_FIELDS if config_dict.get(field) is None]
+
+
+def describe_source(name_or_path: str | os.PathLike | None) -> str:
+    """Where a config came from, as a user would look for it."""
+    if not name_or_path:
+        return "a kimi_k2 config (source unknown)"
+    path = os.fspath(name_or_path)
+    if os.path.isdir(path):
+        return os.path.join(path, "config.json")
+    return path
+
+
+class KimiK2Config(DeepseekV3Config):
+    """DeepSeek-V3 config read from a config.json whose model_type is ``kimi_k2``."""
+
+    model_type = MODEL_TYPE
+
+    @classmethod
+    def from_dict(cls, config_dict, **kwargs):
+        missing = missing_mla_fields(config_dict)
+        if missing:
+            source = describe_source(
+                kwargs.get("name_or_path") or config_dict.get("_name_or_path")
+            )
+            raise KimiConfigError(
+                f"{source}: model_type is 'kimi_k2' but the field(s) "
+                f"{', '.join(repr(f) for f in missing)} are missing. A kimi_k2 model uses "
+                "multi-head latent attention and its config must state its MLA "
+                "dimensions; add them to config.json (Kimi-K2.x uses "
+                '"kv_lora_rank": 512, "qk_rope_head_dim": 64).'
+            )
+        return super().from_dict(config_dict, **kwargs)
+
+
+def register_config_alias() -> None:
+    """Register KimiK2Config with transformers and vLLM's config registry (idempotent)."""
+    AutoConfig.register(MODEL_TYPE, KimiK2Config, exist_ok=True)
+    module_name, attribute = vllm_compat.CONFIG_REGISTRY
+    try:
+        registry = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as err:
+        logger.warning(
+            "vllm-kimi-eagle: %s.%s not found (%s); kimi_k2 configs load through "
+            "transformers' AutoConfig only.",
+            module_name,
+            attribute,
+            err,
+        )
+        return
+    registry[MODEL_TYPE] = KimiK2Config

