@@ -89,3 +89,27 @@ else:
 def probe_engine_config(target: str, draft: str, env: dict | None = None) -> dict:
     """create_engine_config() for target + eagle3 draft in a fresh process."""
     return run_python(ENGINE_CONFIG_PROBE.format(target=target, draft=draft), env=env)
+
+
+ENGINE_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_run.py")
+
+
+def run_engine(spec: dict, env: dict | None = None, timeout: int = 900) -> dict:
+    """One real vLLM engine in a fresh process (tests/engine_run.py); its JSON result.
+
+    An engine that fails returns {"error": ...}; the child's stderr tail is kept under
+    "_stderr" for messages that a test asserts on or prints when it fails.
+    """
+    full_env = {**os.environ, **BASE_ENV, **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, ENGINE_RUN, json.dumps(spec)],
+        env=full_env, capture_output=True, text=True, timeout=timeout,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise AssertionError(
+            f"engine process printed no result (exit {proc.returncode}):\n{proc.stderr[-6000:]}"
+        )
+    result = json.loads(lines[-1])
+    result["_stderr"] = proc.stderr[-6000:]
+    return result

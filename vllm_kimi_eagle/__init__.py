@@ -63,6 +63,9 @@ def register() -> None:
     register_config_alias()
     install_mla_detection()
     if draft_choice() == "plugin":
+        from vllm_kimi_eagle.preflight import install_preflight
+
+        install_preflight()
         for architecture in DRAFT_ARCHITECTURES:
             ModelRegistry.register_model(architecture, DRAFT_CLASS)
     _registered = True

@@ -65,6 +65,21 @@ MLA_CHECK = (
     "ModelArchConfigConvertorBase",
 )
 CONFIG_REGISTRY = ("vllm.transformers_utils.config", "_CONFIG_REGISTRY")
+SPECULATIVE_CONFIG = ("vllm.config.speculative", "SpeculativeConfig")
+# vLLM's EAGLE3 proposer asserts that the draft is an instance of one of its own classes
+# (llm_base_proposer.py, `assert isinstance(model, (Eagle3LlamaForCausalLM, ...))`, 0.28
+# to 0.32). Our draft derives from this one only to pass that check: it overrides
+# __init__ and every method the proposer calls. The Llama class is chosen because it
+# exists in every supported release, unlike deepseek_eagle3 (missing before 0.18.1).
+EAGLE3_DRAFT_BASE = ("vllm.model_executor.models.llama_eagle3", "Eagle3LlamaForCausalLM")
+
+
+def eagle3_draft_base() -> type:
+    """The vLLM class the proposer accepts as an EAGLE3 draft (see EAGLE3_DRAFT_BASE)."""
+    import importlib
+
+    module_name, class_name = EAGLE3_DRAFT_BASE
+    return getattr(importlib.import_module(module_name), class_name)
 
 
 def target_layer_count(vllm_config) -> int:

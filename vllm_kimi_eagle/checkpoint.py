@@ -1,0 +1,170 @@
+"""Draft checkpoints on disk: tensor names, shapes and files, and the checks we run on them.
+
+Reads safetensors headers only (no weights), so a whole checkpoint is checked in
+milliseconds before a single weight is loaded. Every problem names the tensor, the
+expected and found shape and the file, because a draft that loads with a tensor missing,
+misplaced or ignored serves with lower acceptance and no error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+
+from vllm_kimi_eagle.draft_spec import (
+    IGNORED_TENSORS,
+    SHAREABLE_TENSORS,
+    DraftSpec,
+    canonical_name,
+    expected_tensors,
+)
+
+INDEX_FILE = "model.safetensors.index.json"
+
+
+class CheckpointError(ValueError):
+    """A draft checkpoint that would not serve as the draft it claims to be."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    file: str
+    shape: tuple[int, ...]
+    dtype: str
+
+
+def read_safetensors_header(path: str) -> dict[str, TensorInfo]:
+    """Names, shapes and dtypes of one .safetensors file, from its header alone."""
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(length))
+    return {
+        name: TensorInfo(path, tuple(meta["shape"]), meta["dtype"])
+        for name, meta in header.items()
+        if name != "__metadata__"
+    }
+
+
+def checkpoint_files(folder: str) -> list[str]:
+    """The .safetensors files of a checkpoint folder: the index's shards, or all of them."""
+    index = os.path.join(folder, INDEX_FILE)
+    if os.path.exists(index):
+        with open(index) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        return [os.path.join(folder, shard) for shard in shards]
+    return sorted(
+        os.path.join(folder, name)
+        for name in os.listdir(folder)
+        if name.endswith(".safetensors")
+    )
+
+
+def read_checkpoint(folder: str) -> dict[str, TensorInfo]:
+    """Every tensor of a checkpoint folder, raw name -> TensorInfo."""
+    files = checkpoint_files(folder)
+    if not files:
+        raise CheckpointError(
+            f"{folder}: no .safetensors file found; a draft checkpoint is one "
+            f"model.safetensors or shards listed in {INDEX_FILE}."
+        )
+    tensors: dict[str, TensorInfo] = {}
+    for path in files:
+        if not os.path.exists(path):
+            raise CheckpointError(
+                f"{os.path.join(folder, INDEX_FILE)}: lists shard {os.path.basename(path)}, "
+                "which is not in the folder; download the missing shard."
+            )
+        tensors.update(read_safetensors_header(path))
+    return tensors
+
+
+def tensor_problem(spec: DraftSpec, name: str, shape: tuple[int, ...]) -> str | None:
+    """What is wrong with one checkpoint tensor, or None; the caller adds the file."""
+    canonical = canonical_name(name)
+    if canonical in IGNORED_TENSORS:
+        return None
+    expected = expected_tensors(spec)
+    if canonical not in expected:
+        return (
+            f"tensor {name!r} is not part of an MLA EAGLE3 draft with this "
+            f"config (known: {', '.join(sorted(expected))}); a tensor the model does not "
+            "know would be dropped and the draft served without it. Remove it, or fix "
+            "config.json if it describes another layout (fc_norm, q_lora_rank, vocab)."
+        )
+    if tuple(shape) != expected[canonical]:
+        return (
+            f"tensor {name!r} has shape {list(shape)}, expected "
+            f"{list(expected[canonical])} from config.json; the checkpoint and its "
+            "config disagree (hidden_size, target_hidden_size, number of aux layer ids, "
+            "MLA dims or draft_vocab_size)."
+        )
+    return None
+
+
+def missing_tensors(
+    spec: DraftSpec,
+    present: set[str],
+    *,
+    target_vocab: int | None = None,
+    target_hidden: int | None = None,
+) -> list[str]:
+    """Problems for tensors the draft needs and the checkpoint lacks (canonical names)."""
+    problems = []
+    for name in expected_tensors(spec):
+        if name in present:
+            continue
+        if name == "lm_head.weight":
+            if target_vocab is not None and spec.draft_vocab_size != target_vocab:
+                problems.append(
+                    f"tensor 'lm_head.weight' is missing and cannot be shared with the "
+                    f"target: the draft vocabulary has {spec.draft_vocab_size} entries, "
+                    f"the target's {target_vocab}. Add the draft's lm_head to the checkpoint."
+                )
+            continue
+        if name == "embed_tokens.weight":
+            if target_hidden is not None and target_hidden != spec.hidden_size:
+                problems.append(
+                    f"tensor 'embed_tokens.weight' is missing and cannot be shared with "
+                    f"the target: draft hidden_size {spec.hidden_size} != target "
+                    f"hidden size {target_hidden}. Add the draft's embedding."
+                )
+            continue
+        if name in SHAREABLE_TENSORS:
+            continue
+        problems.append(
+            f"tensor {name!r} (shape {list(expected_tensors(spec)[name])}) is missing "
+            "from the checkpoint; the draft cannot run without it. Re-export the draft "
+            "with all its weights."
+        )
+    return problems
+
+
+def check_checkpoint(
+    spec: DraftSpec,
+    tensors: dict[str, TensorInfo],
+    *,
+    target_vocab: int | None = None,
+    target_hidden: int | None = None,
+) -> list[str]:
+    """Every problem of a checkpoint against its spec; empty when it would serve."""
+    problems = []
+    seen: dict[str, str] = {}
+    for name, info in sorted(tensors.items()):
+        problem = tensor_problem(spec, name, info.shape)
+        if problem:
+            problems.append(f"{info.file}: {problem}")
+        canonical = canonical_name(name)
+        if canonical in seen and canonical not in IGNORED_TENSORS:
+            problems.append(
+                f"{info.file}: tensor {name!r} duplicates {seen[canonical]!r} (both map "
+                f"to {canonical!r}); keep one layer prefix, `midlayer.` or `layers.0.`."
+            )
+        seen[canonical] = name
+    missing = missing_tensors(
+        spec, set(seen), target_vocab=target_vocab, target_hidden=target_hidden
+    )
+    folder = os.path.dirname(next(iter(tensors.values())).file) if tensors else "?"
+    problems += [f"{folder}: {problem}" for problem in missing]
+    return problems

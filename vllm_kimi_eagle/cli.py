@@ -1,0 +1,61 @@
+"""``vllm-kimi-eagle``: the plugin's command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _build_tiny(args) -> int:
+    from vllm_kimi_eagle import tiny_models
+
+    folder = args.folder or tiny_models.default_cache_dir()
+    if args.force:
+        tiny_models.build_tiny_models(folder, progress=not args.quiet)
+    else:
+        tiny_models.ensure_tiny_models(folder, progress=not args.quiet)
+    with open(f"{folder}/BUILT.json") as f:
+        summary = json.load(f)
+    print(json.dumps({"folder": folder, **summary}))
+    return 0
+
+
+def _demo(args) -> int:
+    from vllm_kimi_eagle import demo
+
+    return demo.main(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="vllm-kimi-eagle",
+        description="Kimi-K2.x EAGLE3 MLA drafts on vLLM: tools around the plugin.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    build = commands.add_parser(
+        "build-tiny",
+        help="build (or reuse) the tiny Kimi-shaped target and its EAGLE3 MLA drafts",
+    )
+    build.add_argument("folder", nargs="?", help="output folder (default: the cache)")
+    build.add_argument("--force", action="store_true", help="rebuild even if cached")
+    build.add_argument("--quiet", action="store_true", help="no progress bar")
+    build.set_defaults(func=_build_tiny)
+
+    demo = commands.add_parser(
+        "demo", help="serve the tiny target with its draft through vLLM and report acceptance"
+    )
+    demo.add_argument("--models", help="tiny models folder (default: the cache)")
+    demo.add_argument("--draft", default="draft", help="draft variant folder name")
+    demo.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
+    demo.add_argument("--max-tokens", type=int, default=64)
+    demo.add_argument("--out", default="out/demo", help="where server logs are kept")
+    demo.set_defaults(func=_demo)
+
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

