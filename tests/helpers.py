@@ -12,7 +12,7 @@ import subprocess
 import sys
 import textwrap
 
-from vllm_kimi_eagle import tiny_models
+from vllm_kimi_eagle import tiny_corpus, tiny_models
 
 # Environment for child processes: CPU build, small KV cache, quiet progress bars.
 BASE_ENV = {
@@ -60,6 +60,7 @@ def run_python(code: str, env: dict | None = None, timeout: int = 600) -> dict:
         )
     result = json.loads(lines[-1])
     result["_stderr"] = proc.stderr
+    result["_log"] = proc.stdout + proc.stderr  # vLLM logs to stdout
     return result
 
 
@@ -112,4 +113,34 @@ def run_engine(spec: dict, env: dict | None = None, timeout: int = 900) -> dict:
         )
     result = json.loads(lines[-1])
     result["_stderr"] = proc.stderr[-6000:]
+    result["_log"] = proc.stdout + proc.stderr  # vLLM logs to stdout
+    return result
+
+
+# ---- engines on the tiny models, shared by every test module of the session ----------
+PROMPTS = tiny_corpus.demo_prompts(8)
+MAX_TOKENS = 64
+NO_PLUGIN = {"VLLM_PLUGINS": ""}
+_ENGINES: dict = {}
+
+
+def engine(tiny: str, draft: str | None, env: dict | None = None, **extra) -> dict:
+    """One engine run on the tiny models (8 prompts x 64 greedy tokens unless ``extra``
+    says otherwise), started on first use and cached for the whole test session."""
+    key = (draft, json.dumps(env or {}, sort_keys=True), json.dumps(extra, sort_keys=True))
+    if key not in _ENGINES:
+        spec = {
+            "target": os.path.join(tiny, "target"),
+            "draft": os.path.join(tiny, draft) if draft else None,
+            "prompts": PROMPTS,
+            "max_tokens": MAX_TOKENS,
+            **extra,
+        }
+        _ENGINES[key] = run_engine(spec, env=env)
+    return _ENGINES[key]
+
+
+def served(result: dict) -> dict:
+    """The result of an engine that must have served; its log tail otherwise."""
+    assert "error" not in result, f"{result['error']}\n{result['_stderr']}"
     return result

@@ -15,14 +15,22 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.helpers import probe_engine_config, run_engine
-from vllm_kimi_eagle import tiny_corpus, tiny_models
+from tests.helpers import (
+    MAX_TOKENS,
+    NO_PLUGIN,
+    PROMPTS,
+    engine,
+    probe_engine_config,
+    run_engine,
+    served,
+)
+from vllm_kimi_eagle import tiny_models
 from vllm_kimi_eagle.draft_spec import canonical_name, spec_from_config
 from vllm_kimi_eagle.reference import ReferenceDraft
 
-PROMPTS = tiny_corpus.demo_prompts(8)
-MAX_TOKENS = 64
-VARIANTS = [v.name for v in tiny_models.DRAFT_VARIANTS]
+# Layout variants: the same captured layers written in vLLM's convention (the
+# output-of-layer copy belongs to the layer-id tests).
+VARIANTS = [v.name for v in tiny_models.DRAFT_VARIANTS if v.layer_ids == "input-of"]
 BASE = "draft"
 # Allowed distance of a layout variant's acceptance from the base draft's. The pruned
 # variant keeps the 256 most frequent target ids: a greedy target token outside them can
@@ -30,33 +38,6 @@ BASE = "draft"
 SAME_ACCEPTANCE = 0.1
 PRUNED_ACCEPTANCE_SLACK = 0.3
 UPSTREAM = {"VLLM_KIMI_EAGLE_DRAFT": "upstream"}
-NO_PLUGIN = {"VLLM_PLUGINS": ""}
-ENGINES: dict = {}
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    return tiny_models.ensure_tiny_models()
-
-
-def engine(tiny: str, draft: str | None, env: dict | None = None, **extra) -> dict:
-    """Result of one engine run, started on first use and cached for the module."""
-    key = (draft, json.dumps(env or {}, sort_keys=True), json.dumps(extra, sort_keys=True))
-    if key not in ENGINES:
-        spec = {
-            "target": os.path.join(tiny, "target"),
-            "draft": os.path.join(tiny, draft) if draft else None,
-            "prompts": PROMPTS,
-            "max_tokens": MAX_TOKENS,
-            **extra,
-        }
-        ENGINES[key] = run_engine(spec, env=env)
-    return ENGINES[key]
-
-
-def served(result: dict) -> dict:
-    assert "error" not in result, f"{result['error']}\n{result['_stderr']}"
-    return result
 
 
 def test_plugin_module_matches_reference_numerics(tiny, tmp_path):

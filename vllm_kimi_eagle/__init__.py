@@ -60,12 +60,13 @@ def register() -> None:
     from vllm_kimi_eagle.config_alias import register_config_alias
     from vllm_kimi_eagle.mla_detection import install_mla_detection
 
+    from vllm_kimi_eagle.speculative_hook import install_speculative_hook
+
+    ours = draft_choice() == "plugin"
     register_config_alias()
     install_mla_detection()
-    if draft_choice() == "plugin":
-        from vllm_kimi_eagle.preflight import install_preflight
-
-        install_preflight()
+    install_speculative_hook(check_checkpoints=ours)
+    if ours:
         for architecture in DRAFT_ARCHITECTURES:
             ModelRegistry.register_model(architecture, DRAFT_CLASS)
     _registered = True

@@ -21,6 +21,14 @@ def _build_tiny(args) -> int:
     return 0
 
 
+def _inspect(args) -> int:
+    from vllm_kimi_eagle.inspect_draft import format_report, inspect_draft
+
+    report = inspect_draft(args.draft, args.target)
+    print(json.dumps(report) if args.json else format_report(report))
+    return 1 if report["problems"] else 0
+
+
 def _demo(args) -> int:
     from vllm_kimi_eagle import demo
 
@@ -42,6 +50,15 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--force", action="store_true", help="rebuild even if cached")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.set_defaults(func=_build_tiny)
+
+    inspect = commands.add_parser(
+        "inspect",
+        help="report a draft's layout, layer ids, the layers vLLM will capture, and problems",
+    )
+    inspect.add_argument("draft", help="draft model folder")
+    inspect.add_argument("--target", help="target model folder (enables range checks)")
+    inspect.add_argument("--json", action="store_true", help="one JSON object")
+    inspect.set_defaults(func=_inspect)
 
     demo = commands.add_parser(
         "demo", help="serve the tiny target with its draft through vLLM and report acceptance"

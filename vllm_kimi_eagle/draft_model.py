@@ -168,7 +168,7 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         self.draft_path = draft_model_config.model
         self.target_vocab_size = vllm_config.model_config.get_vocab_size()
         self.target_hidden_size = vllm_config.model_config.get_hidden_size()
-        target_layers = vllm_compat.target_layer_count(vllm_config)
+        target_layers = vllm_compat.total_layers(vllm_config.model_config)
         self.model = Eagle3MLAModel(
             vllm_config=vllm_config,
             prefix=maybe_prefix(prefix, "model"),

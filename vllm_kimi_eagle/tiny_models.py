@@ -26,7 +26,7 @@ import shutil
 import sys
 import time
 
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 SEED = 20261121
 CACHE_ENV = "VLLM_KIMI_EAGLE_TINY_DIR"
 
@@ -92,6 +92,9 @@ class DraftVariant:
     pruned_vocab: bool = False
     shards: int = 1
     dtype: str = "float32"
+    # "input-of" writes AUX_LAYER_IDS (vLLM's convention); "output-of" writes them
+    # minus one, as SpecForge/TorchSpec/Model-Optimizer do (the same tensors).
+    layer_ids: str = "input-of"
 
 
 DRAFT_VARIANTS = (
@@ -101,10 +104,11 @@ DRAFT_VARIANTS = (
     DraftVariant("draft-shared", embed_tokens=False, lm_head=False),
     DraftVariant("draft-pruned", pruned_vocab=True),
     DraftVariant("draft-sharded-bf16", shards=3, dtype="bfloat16"),
+    DraftVariant("draft-output-of", layer_ids="output-of"),
 )
 TRAINING = {
     "target_steps": 400, "target_batch": 16, "target_seq": 64, "target_lr": 3e-3,
-    "draft_steps": 300, "draft_batch": 16, "draft_seq": 64, "draft_lr": 3e-3,
+    "draft_steps": 100, "draft_batch": 16, "draft_seq": 64, "draft_lr": 3e-3,
     "draft_windows": 512,
 }
 
@@ -378,6 +382,11 @@ def draft_config(variant: DraftVariant, trained: str) -> dict:
                   torch_dtype=variant.dtype)
     if trained == "eagle3.1":
         config.update(fc_norm=True, norm_output=True)
+    if variant.layer_ids == "output-of":
+        config["eagle_config"] = dict(
+            config["eagle_config"],
+            eagle_aux_hidden_state_layer_ids=[i - 1 for i in AUX_LAYER_IDS],
+        )
     return config
 
 

