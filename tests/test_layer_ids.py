@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import probe_engine_config, write_config_only_models
+import json
+import os
+import subprocess
+import sys
+
+from tests.helpers import NO_PLUGIN, engine, probe_engine_config, served, write_config_only_models
 from vllm_kimi_eagle.layer_ids import (
     CONVENTION_ENV,
     CONVENTION_KEY,
@@ -116,6 +121,32 @@ def test_engine_config_without_plugin_keeps_ids_nested(tmp_path):
     ] is None
 
 
+LLAMA_DRAFT = {
+    "model_type": "llama", "architectures": ["LlamaForCausalLMEagle3"], "kv_lora_rank": None,
+    "q_lora_rank": None, "head_dim": 64, "num_key_value_heads": 4,
+    "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 4]},
+}
+
+
+def test_llama_draft_for_kimi_target_gets_the_same_handling(tmp_path):
+    target, draft = write_config_only_models(str(tmp_path), draft_overrides=LLAMA_DRAFT)
+    assert probe_engine_config(target, draft)["top_level_layer_ids"] == [2, 3, 5]
+
+
+def test_other_families_are_left_alone_unless_asked(tmp_path):
+    target, draft = write_config_only_models(str(tmp_path), draft_overrides=LLAMA_DRAFT)
+    with open(os.path.join(target, "config.json")) as f:
+        config = json.load(f)
+    llama = {k: config[k] for k in ("vocab_size", "hidden_size", "intermediate_size",
+                                    "num_hidden_layers", "num_attention_heads",
+                                    "num_key_value_heads", "rms_norm_eps", "max_position_embeddings")}
+    with open(os.path.join(target, "config.json"), "w") as f:
+        json.dump(dict(llama, model_type="llama", architectures=["LlamaForCausalLM"]), f)
+    assert probe_engine_config(target, draft)["top_level_layer_ids"] is None
+    asked = probe_engine_config(target, draft, env={CONVENTION_ENV: "output-of"})
+    assert asked["top_level_layer_ids"] == [2, 3, 5]
+
+
 def test_out_of_range_ids_fail_in_create_engine_config(tmp_path):
     overrides = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 3, 9]}}
     target, draft = write_config_only_models(str(tmp_path), draft_overrides=overrides)
@@ -127,8 +158,6 @@ def test_out_of_range_ids_fail_in_create_engine_config(tmp_path):
 # ---- end to end on the tiny trained models ---------------------------------------------
 def test_output_of_copy_drafts_like_input_of_copy_through_plugin(tiny):
     """The same draft written with output-of ids [1, 2, 4] and input-of ids [2, 3, 5]."""
-    from tests.helpers import NO_PLUGIN, engine, served
-
     input_of = served(engine(tiny, "draft"))
     output_of = served(engine(tiny, "draft-output-of"))
     verbatim = served(engine(tiny, "draft-output-of", env=NO_PLUGIN))
@@ -143,3 +172,51 @@ def test_output_of_copy_drafts_like_input_of_copy_through_plugin(tiny):
     assert output_of["token_ids"] == input_of["token_ids"]
     # Served one layer off, the draft still runs but loses acceptance, silently.
     assert verbatim["acceptance_length"] < input_of["acceptance_length"] - 0.1
+
+
+# ---- vllm-kimi-eagle inspect -------------------------------------------------------------
+def inspect(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "vllm_kimi_eagle.cli", "inspect", *args],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_inspect_reports_the_decision_as_json(tiny):
+    proc = inspect(os.path.join(tiny, "draft-output-of"), "--target",
+                   os.path.join(tiny, "target"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["architecture"] == "Eagle3DeepseekV2ForCausalLM"
+    assert report["model_type"] == "kimi_k2"
+    assert report["layer_ids"] == [1, 2, 4]
+    assert report["convention"] == "output-of"
+    assert report["capture_ids"] == [2, 3, 5]
+    assert report["problems"] == []
+    assert report["layout"]["layer_prefix"] == "layers.0."
+
+
+def test_inspect_text_report_and_layouts(tiny):
+    proc = inspect(os.path.join(tiny, "draft-pruned"), "--target", os.path.join(tiny, "target"))
+    assert proc.returncode == 0, proc.stderr
+    assert "d2t True" in proc.stdout and "vLLM captures [2, 3, 5]" in proc.stdout
+    shared = json.loads(inspect(os.path.join(tiny, "draft-shared"), "--json").stdout)
+    assert shared["layout"]["embed_tokens"] is False and shared["layout"]["lm_head"] is False
+    sharded = json.loads(inspect(os.path.join(tiny, "draft-sharded-bf16"), "--json").stdout)
+    assert sharded["layout"]["files"] == 3 and "BF16" in sharded["layout"]["dtypes"]
+
+
+def test_inspect_lists_problems_and_exits_nonzero(tiny, tmp_path):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(os.path.join(tiny, "draft"), bad)
+    config = json.loads((bad / "config.json").read_text())
+    config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 3, 9]
+    config["fc_norm"] = True  # the checkpoint has no fc_norm weights
+    (bad / "config.json").write_text(json.dumps(config))
+    proc = inspect(str(bad), "--target", os.path.join(tiny, "target"), "--json")
+    assert proc.returncode == 1
+    problems = json.loads(proc.stdout)["problems"]
+    assert any("[2, 3, 9]" in p and "6 layers" in p for p in problems), problems
+    assert any("'fc_norm.0.weight'" in p and "missing" in p for p in problems), problems
