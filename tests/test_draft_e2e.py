@@ -21,6 +21,7 @@ from tests.helpers import (
     PROMPTS,
     engine,
     probe_engine_config,
+    requires_mla_engine,
     run_engine,
     served,
 )
@@ -38,8 +39,10 @@ BASE = "draft"
 SAME_ACCEPTANCE = 0.1
 PRUNED_ACCEPTANCE_SLACK = 0.3
 UPSTREAM = {"VLLM_KIMI_EAGLE_DRAFT": "upstream"}
+needs_engine = requires_mla_engine()
 
 
+@needs_engine
 def test_plugin_module_matches_reference_numerics(tiny, tmp_path):
     """Same weights, same inputs: vLLM's run of our class (float32) vs the reference."""
     capture = str(tmp_path / "draft_io.pt")
@@ -85,6 +88,7 @@ def test_plugin_module_matches_reference_numerics(tiny, tmp_path):
     assert torch.equal(logits_ref.argmax(-1), logits_vllm.argmax(-1))
 
 
+@needs_engine
 def test_greedy_output_is_lossless(tiny):
     base = served(engine(tiny, None))
     spec = served(engine(tiny, BASE))
@@ -94,6 +98,7 @@ def test_greedy_output_is_lossless(tiny):
         assert a == b, f"{prompt!r}: speculation changed the greedy output"
 
 
+@needs_engine
 def test_acceptance_length_of_base_draft(tiny):
     spec = served(engine(tiny, BASE))
     print(f"\nbase draft: acceptance length {spec['acceptance_length']} "
@@ -102,6 +107,7 @@ def test_acceptance_length_of_base_draft(tiny):
     assert len(spec["acceptance_by_position"]) == 3
 
 
+@needs_engine
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if v != BASE])
 def test_layout_variant_loads_and_drafts_like_base(tiny, variant):
     base = served(engine(tiny, BASE))
@@ -118,6 +124,7 @@ def test_layout_variant_loads_and_drafts_like_base(tiny, variant):
         assert abs(gap) <= SAME_ACCEPTANCE
 
 
+@needs_engine
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_side_by_side_with_upstream_class(tiny, variant):
     """Our class vs vLLM's in-tree class on the same fixture (same run of the suite)."""
@@ -138,6 +145,7 @@ def test_side_by_side_with_upstream_class(tiny, variant):
         assert abs(ours["acceptance_length"] - theirs["acceptance_length"]) <= 0.05
 
 
+@needs_engine
 def test_pure_upstream_for_the_record(tiny):
     """VLLM_PLUGINS="": vLLM alone. It judges the kimi_k2 draft non-MLA (see
     test_plugin); on the CPU backend the draft layer builds an MLA cache anyway."""
@@ -204,6 +212,7 @@ def test_bad_checkpoint_fails_before_serving(tiny, tmp_path, name):
         assert path in message  # the file that holds the bad tensor
 
 
+@needs_engine
 def test_d2t_out_of_range_fails_while_loading(tiny, tmp_path):
     """Values are only read at load time: the draft class checks them there."""
     dest = str(tmp_path / "d2t-range")

@@ -9,7 +9,14 @@ import os
 import subprocess
 import sys
 
-from tests.helpers import NO_PLUGIN, engine, probe_engine_config, served, write_config_only_models
+from tests.helpers import (
+    NO_PLUGIN,
+    engine,
+    probe_engine_config,
+    requires_mla_engine,
+    served,
+    write_config_only_models,
+)
 from vllm_kimi_eagle.layer_ids import (
     CONVENTION_ENV,
     CONVENTION_KEY,
@@ -156,6 +163,7 @@ def test_out_of_range_ids_fail_in_create_engine_config(tmp_path):
 
 
 # ---- end to end on the tiny trained models ---------------------------------------------
+@requires_mla_engine()
 def test_output_of_copy_drafts_like_input_of_copy_through_plugin(tiny):
     """The same draft written with output-of ids [1, 2, 4] and input-of ids [2, 3, 5]."""
     input_of = served(engine(tiny, "draft"))

@@ -10,6 +10,10 @@ Environment variables:
     ``plugin`` (default): the MLA EAGLE3 draft architectures are served by this plugin's
     class. ``upstream``: keep vLLM's in-tree class (config fixes stay on). To disable the
     plugin entirely, set ``VLLM_PLUGINS=""`` (vLLM's own switch).
+``VLLM_KIMI_EAGLE_LAYER_IDS``
+    ``output-of`` / ``input-of`` / ``auto`` (default): how to read a draft's layer ids.
+``VLLM_KIMI_EAGLE_GREEDY_SHORTCUT``
+    ``1`` (default) / ``0``: greedy draft tokens without full-vocabulary logits.
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ def register() -> None:
     ours = draft_choice() == "plugin"
     register_config_alias()
     install_mla_detection()
-    install_speculative_hook(check_checkpoints=ours)
+    install_speculative_hook(ours=ours)
     if ours:
         for architecture in DRAFT_ARCHITECTURES:
             ModelRegistry.register_model(architecture, DRAFT_CLASS)

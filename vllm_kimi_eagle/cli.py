@@ -36,6 +36,11 @@ def _demo(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench-sampler"]:  # its own options; see bench_sampler.py
+        from vllm_kimi_eagle import bench_sampler
+
+        return bench_sampler.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="vllm-kimi-eagle",
         description="Kimi-K2.x EAGLE3 MLA drafts on vLLM: tools around the plugin.",
@@ -50,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--force", action="store_true", help="rebuild even if cached")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.set_defaults(func=_build_tiny)
+
+    commands.add_parser(
+        "bench-sampler",
+        help="time the greedy argmax shortcut against the plain path (--help for options)",
+    )
 
     inspect = commands.add_parser(
         "inspect",

@@ -22,11 +22,12 @@ from vllm.model_executor.layers.vocab_parallel_embedding import (
     ParallelLMHead,
     VocabParallelEmbedding,
 )
+from vllm.distributed import tensor_model_parallel_all_gather
 from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.deepseek_v2 import DeepseekV2MLAAttention, DeepseekV2MLP
 from vllm.model_executor.models.utils import get_draft_quant_config, maybe_prefix
 
-from vllm_kimi_eagle import checkpoint, vllm_compat
+from vllm_kimi_eagle import checkpoint, greedy_sampler, vllm_compat
 from vllm_kimi_eagle.draft_spec import (
     IGNORED_TENSORS,
     LAYER,
@@ -178,15 +179,20 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         self.lm_head = ParallelLMHead(
             spec.draft_vocab_size, spec.hidden_size, prefix=maybe_prefix(prefix, "lm_head")
         )
-        self.logits_processor = LogitsProcessor(
-            spec.draft_vocab_size, scale=getattr(self.config, "logit_scale", 1.0)
-        )
+        logit_scale = getattr(self.config, "logit_scale", 1.0)
+        if logit_scale <= 0:
+            raise ValueError(
+                f"{self.draft_path}/config.json: logit_scale is {logit_scale}; it must be "
+                "positive (a non-positive scale reverses which draft token is greedy)."
+            )
+        self.logits_processor = LogitsProcessor(spec.draft_vocab_size, scale=logit_scale)
         if spec.pruned_vocab:
             self.draft_id_to_target_id = nn.Parameter(
                 torch.zeros(spec.draft_vocab_size, dtype=torch.long), requires_grad=False
             )
         else:
             self.draft_id_to_target_id = None
+        self.d2t_increasing = True  # set from the loaded d2t
 
     def embed_input_ids(self, input_ids: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         return self.model.embed_input_ids(input_ids)
@@ -221,6 +227,34 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         full = logits.new_full((logits.shape[0], self.spec.vocab_size), float("-inf"))
         full[:, targets] = logits
         return full
+
+    def get_top_tokens(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Greedy draft tokens as target ids, without full-vocabulary logits.
+
+        vLLM's proposer calls this instead of compute_logits().argmax() when
+        use_local_argmax_reduction is on (the plugin turns it on for this class). Each
+        rank takes the top of its own LM-head shard; only (value, target id) pairs cross
+        ranks; d2t maps the winners only. Same answer as the plain path, ties included
+        (see greedy_sampler). A positive logit scale does not move the argmax.
+        """
+        lm_head = self.lm_head
+        logits = lm_head.quant_method.apply(lm_head, hidden_states)
+        shard = lm_head.shard_indices
+        values, target_ids = greedy_sampler.shard_top1(
+            logits,
+            shard.org_vocab_start_index,
+            shard.org_vocab_end_index - shard.org_vocab_start_index,
+            self.draft_id_to_target_id,
+            self.d2t_increasing,
+        )
+        if lm_head.tp_size > 1:
+            # One float32 all-gather of (value, id) pairs: ids < 2**24 are exact in
+            # float32, and CPU collectives do not gather int64.
+            pairs = torch.stack([values.float(), target_ids.float()], dim=-1)
+            pairs = tensor_model_parallel_all_gather(pairs, dim=-1)
+            pairs = pairs.view(pairs.shape[0], lm_head.tp_size, 2)
+            target_ids = greedy_sampler.reduce_top1(pairs[..., 0], pairs[..., 1].long())
+        return target_ids
 
     # ---- weight loading -------------------------------------------------------------
     def _where(self, raw_name: str) -> str:
@@ -278,6 +312,7 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
                 "the MLA EAGLE3 draft checkpoint does not match its config:\n  - "
                 + "\n  - ".join(problems)
             )
+        self.d2t_increasing = greedy_sampler.d2t_is_increasing(self.draft_id_to_target_id)
         self.has_own_embed_tokens = "embed_tokens.weight" in present
         self.has_own_lm_head = "lm_head.weight" in present
         # Shared tensors are filled in by the proposer from the target after loading.
@@ -286,14 +321,19 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
     def _d2t_problems(self, d2t: torch.Tensor, raw_name: str) -> list[str]:
         targets = torch.arange(d2t.numel()) + d2t.to("cpu", torch.long)
         bad = (targets < 0) | (targets >= self.target_vocab_size)
-        if not bool(bad.any()):
-            return []
-        first = int(bad.nonzero()[0])
-        return [
-            f"{self._where(raw_name)}: tensor {raw_name!r} maps draft id {first} to target "
-            f"id {int(targets[first])}, outside the target vocabulary of "
-            f"{self.target_vocab_size}; d2t holds offsets (target id = draft id + d2t)."
-        ]
+        if bool(bad.any()):
+            first = int(bad.nonzero()[0])
+            return [
+                f"{self._where(raw_name)}: tensor {raw_name!r} maps draft id {first} to "
+                f"target id {int(targets[first])}, outside the target vocabulary of "
+                f"{self.target_vocab_size}; d2t holds offsets (target id = draft id + d2t)."
+            ]
+        if targets.unique().numel() != targets.numel():
+            return [
+                f"{self._where(raw_name)}: tensor {raw_name!r} maps several draft ids to the "
+                "same target id; each draft token must stand for a different target token."
+            ]
+        return []
 
 
 Eagle3DeepseekV3ForCausalLM = Eagle3DeepseekV2ForCausalLM

@@ -7,7 +7,8 @@ vLLM has read and wrapped the draft's config, before an engine starts or a weigh
    config's top-level ``eagle_aux_hidden_state_layer_ids``, the one place every vLLM
    runner reads, so the engine captures the layers the draft was trained on;
 2. with the plugin's draft class, a local checkpoint is checked against its config and
-   every problem is listed (the class checks again while loading, for hub drafts).
+   every problem is listed (the class checks again while loading, for hub drafts), and
+   vLLM's proposer is told to use the class's greedy shortcut (``get_top_tokens``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ KIMI_DEEPSEEK_TARGETS = frozenset(
 )
 # Set on the draft's hf_config once resolved: the ids are never shifted twice.
 RESOLVED_MARK = "vllm_kimi_eagle_layer_ids"
+SHORTCUT_ENV = "VLLM_KIMI_EAGLE_GREEDY_SHORTCUT"
 
 PLUGIN_DRAFT_ARCHITECTURES = frozenset(
     {"Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"}
@@ -100,24 +102,52 @@ def check_checkpoint(spec_config) -> None:
         )
 
 
-def on_speculative_config(spec_config, check_checkpoints: bool) -> None:
+def shortcut_enabled(environ=os.environ) -> bool:
+    """The greedy shortcut is on unless VLLM_KIMI_EAGLE_GREEDY_SHORTCUT=0."""
+    return environ.get(SHORTCUT_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def enable_greedy_shortcut(spec_config) -> None:
+    """Make vLLM's proposer call our draft's get_top_tokens for greedy drafts.
+
+    The switch is vLLM's ``use_local_argmax_reduction``; it is left alone where vLLM
+    rejects it (adaptive verification reads full draft logits) or lacks it.
+    """
+    if not shortcut_enabled() or not hasattr(spec_config, "use_local_argmax_reduction"):
+        return
+    if not PLUGIN_DRAFT_ARCHITECTURES & set(spec_config.draft_model_config.architectures or ()):
+        return
+    if getattr(spec_config, "enable_adaptive_verification", False):
+        return
+    if not spec_config.use_local_argmax_reduction:
+        spec_config.use_local_argmax_reduction = True
+        logger.info("vllm-kimi-eagle: greedy draft tokens use the local-argmax shortcut "
+                    "(no full-vocabulary logits); %s=0 turns it off.", SHORTCUT_ENV)
+
+
+def on_speculative_config(spec_config, ours: bool) -> None:
     """Everything the plugin does to a freshly built SpeculativeConfig."""
     if getattr(spec_config, "method", None) != "eagle3":
         return
     if spec_config.draft_model_config is None or spec_config.target_model_config is None:
         return
     apply_layer_ids(spec_config)
-    if check_checkpoints:
+    if ours:
         check_checkpoint(spec_config)
+        enable_greedy_shortcut(spec_config)
 
 
-def install_speculative_hook(check_checkpoints: bool) -> bool:
-    """Call on_speculative_config at the end of SpeculativeConfig.__post_init__."""
+def install_speculative_hook(ours: bool) -> bool:
+    """Call on_speculative_config at the end of SpeculativeConfig.__post_init__.
+
+    ``ours``: the plugin's draft class serves the MLA drafts (checkpoint checks and the
+    greedy shortcut apply to it only).
+    """
 
     def make_wrapper(original):
         def __post_init__(self, *args, **kwargs):
             original(self, *args, **kwargs)
-            on_speculative_config(self, check_checkpoints)
+            on_speculative_config(self, ours)
 
         return __post_init__
 

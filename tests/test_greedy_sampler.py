@@ -1,0 +1,149 @@
+"""Greedy argmax shortcut (issue 5): same token as the plain path, ties included."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers import (
+    MAX_TOKENS,
+    PROMPTS,
+    engine,
+    requires_mla_engine,
+    served,
+)
+from vllm_kimi_eagle.greedy_sampler import (
+    d2t_is_increasing,
+    plain_top1,
+    reduce_top1,
+    shard_top1,
+    shortcut_top1,
+)
+
+TARGET_VOCAB = 1000
+
+
+def pruned_d2t(draft_vocab: int, generator, shuffled: bool = False) -> torch.Tensor:
+    targets = torch.randperm(TARGET_VOCAB, generator=generator)[:draft_vocab]
+    targets = targets if shuffled else targets.sort().values
+    return targets - torch.arange(draft_vocab)
+
+
+def sharded_top1(logits: torch.Tensor, d2t, shards: int) -> torch.Tensor:
+    """The tensor-parallel path on one machine: uneven shards, each padded like
+    VocabParallelEmbedding pads them, reduced as (value, target id) pairs."""
+    vocab = logits.shape[-1]
+    per_shard = -(-vocab // shards)
+    values, ids = [], []
+    for rank in range(shards):
+        start = rank * per_shard
+        valid = max(0, min(per_shard, vocab - start))
+        shard = torch.full((logits.shape[0], per_shard), 123.0)  # padding: must be ignored
+        shard[:, :valid] = logits[:, start : start + valid]
+        if valid == 0:
+            continue
+        v, i = shard_top1(shard, start, valid, d2t, d2t_is_increasing(d2t))
+        values.append(v[:, None])
+        ids.append(i[:, None])
+    return reduce_top1(torch.cat(values, -1), torch.cat(ids, -1))
+
+
+@pytest.mark.parametrize(
+    "draft_vocab, d2t_kind",
+    [(TARGET_VOCAB, "none"), (320, "increasing"), (333, "increasing"), (320, "shuffled"),
+     (333, "shuffled")],
+)
+@pytest.mark.parametrize("shards", [1, 2, 3])
+def test_shortcut_equals_plain_path(draft_vocab, d2t_kind, shards):
+    g = torch.Generator().manual_seed(draft_vocab * 7 + shards)
+    d2t = None if d2t_kind == "none" else pruned_d2t(draft_vocab, g, d2t_kind == "shuffled")
+    logits = torch.randn(64, draft_vocab, generator=g)
+    expected = plain_top1(logits, d2t, TARGET_VOCAB)
+    assert torch.equal(shortcut_top1(logits, d2t), expected)
+    assert torch.equal(sharded_top1(logits, d2t, shards), expected)
+
+
+@pytest.mark.parametrize("d2t_kind", ["none", "increasing", "shuffled"])
+@pytest.mark.parametrize("shards", [1, 2, 3])
+def test_ties_go_to_the_lowest_target_id_like_the_plain_path(d2t_kind, shards):
+    g = torch.Generator().manual_seed(11)
+    draft_vocab = TARGET_VOCAB if d2t_kind == "none" else 257
+    d2t = None if d2t_kind == "none" else pruned_d2t(draft_vocab, g, d2t_kind == "shuffled")
+    # Integer-valued logits with a handful of levels: many exact ties at the maximum,
+    # spread across shards.
+    logits = torch.randint(0, 4, (128, draft_vocab), generator=g).float()
+    logits[:, [5, draft_vocab // 2, draft_vocab - 1]] = 9.0  # a 3-way tie in every row
+    expected = plain_top1(logits, d2t, TARGET_VOCAB)
+    targets = torch.arange(draft_vocab) + (d2t if d2t is not None else 0)
+    assert torch.equal(expected, targets[[5, draft_vocab // 2, draft_vocab - 1]].min().expand(128))
+    assert torch.equal(shortcut_top1(logits, d2t), expected)
+    assert torch.equal(sharded_top1(logits, d2t, shards), expected)
+
+
+def test_d2t_monotonicity_is_detected():
+    assert d2t_is_increasing(None)
+    assert d2t_is_increasing(torch.tensor([0, 0, 5, 5]))  # targets 0, 1, 7, 8
+    assert not d2t_is_increasing(torch.tensor([3, -1, 0]))  # targets 3, 0, 2
+
+
+# ---- end to end ----------------------------------------------------------------------------
+SHORTCUT_OFF = {"VLLM_KIMI_EAGLE_GREEDY_SHORTCUT": "0"}
+
+
+@requires_mla_engine()
+@pytest.mark.parametrize("draft", ["draft", "draft-pruned"])
+def test_shortcut_changes_no_token_and_no_acceptance(tiny, draft):
+    on = served(engine(tiny, draft))
+    off = served(engine(tiny, draft, env=SHORTCUT_OFF))
+    upstream = served(engine(tiny, draft, env={"VLLM_KIMI_EAGLE_DRAFT": "upstream"}))
+    print(
+        f"\n{draft}: acceptance shortcut {on['acceptance_length']} / plain path "
+        f"{off['acceptance_length']}; tokens/s (tiny, CPU, one run each, noisy) plugin "
+        f"{on['tokens_per_s']} / plain {off['tokens_per_s']} / upstream class "
+        f"{upstream['tokens_per_s']}"
+    )
+    assert "local-argmax shortcut" in on["_log"] and "local-argmax shortcut" not in off["_log"]
+    assert on["token_ids"] == off["token_ids"]
+    assert on["acceptance_length"] == off["acceptance_length"]
+    assert on["acceptance_by_position"] == off["acceptance_by_position"]
+
+
+@requires_mla_engine()
+def test_tensor_parallel_2_matches_tp1(tiny):
+    """TP=2 on one CPU: each worker bound to its own core."""
+    env = {"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+    tp1 = served(engine(tiny, "draft-pruned"))
+    tp2 = served(engine(tiny, "draft-pruned", env=env, tensor_parallel_size=2,
+                        replicated_checksums=True))
+    print(f"\nTP=1 acceptance {tp1['acceptance_length']} {tp1['acceptance_by_position']}, "
+          f"TP=2 {tp2['acceptance_length']} {tp2['acceptance_by_position']} "
+          f"({len(PROMPTS)} prompts x {MAX_TOKENS} tokens)")
+    assert "local-argmax shortcut" in tp2["_log"]
+    assert tp2["token_ids"] == tp1["token_ids"]
+    assert abs(tp2["acceptance_length"] - tp1["acceptance_length"]) <= 0.05
+    ranks = tp2["replicated_checksums"]
+    assert len(ranks) == 2 and ranks[0] == ranks[1], ranks
+
+
+def test_bench_sampler_command_prints_rows():
+    """The benchmark runs (small sizes here; figures are printed, not asserted)."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_kimi_eagle.cli", "bench-sampler", "--hidden", "64",
+         "--target-vocab", "4096", "--draft-vocabs", "4096,1000", "--batches", "1,16",
+         "--repeats", "2", "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(rows) == 2 * 2 * 2
+    for row in rows:
+        assert {"draft_vocab", "target_vocab", "batch", "part", "plain_ms", "shortcut_ms",
+                "ratio"} <= set(row)
+        assert row["same_tokens"] is True
+    pruned = [r for r in rows if r["draft_vocab"] == 1000 and r["part"] == "sampling"]
+    print("\n" + "\n".join(json.dumps(r) for r in pruned))
+    assert all(r["shortcut_extra_mb"] < r["plain_extra_mb"] for r in pruned)
