@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         from vllm_kimi_eagle import bench_sampler
 
         return bench_sampler.main(argv[1:])
+    if argv[:1] == ["eval"]:  # its own options; see evaluate.py
+        from vllm_kimi_eagle import evaluate
+
+        return evaluate.main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="vllm-kimi-eagle",
         description="Kimi-K2.x EAGLE3 MLA drafts on vLLM: tools around the plugin.",
@@ -56,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.set_defaults(func=_build_tiny)
 
+    commands.add_parser(
+        "eval",
+        help="lm-eval accuracy and acceptance with and without the draft (--help for options)",
+    )
     commands.add_parser(
         "bench-sampler",
         help="time the greedy argmax shortcut against the plain path (--help for options)",
