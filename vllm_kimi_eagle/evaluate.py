@@ -96,7 +96,7 @@ def counter(text: str, name: str) -> float:
                if line.startswith(name + "_total") and not line.startswith(name + "_total_created"))
 
 
-def run_lm_eval(base_url: str, model: str, args, include_path: str | None, cache_dir: str):
+def run_lm_eval(base_url: str, model: str, args, include_path: str | None):
     """One lm-eval run against a running server; returns (results dict, samples)."""
     import lm_eval
     from lm_eval.tasks import TaskManager
@@ -111,7 +111,6 @@ def run_lm_eval(base_url: str, model: str, args, include_path: str | None, cache
     }
     if args.model_type == "local-completions" and args.tokenizer:
         model_args["tokenizer"] = args.tokenizer
-    os.makedirs(cache_dir, exist_ok=True)
     results = lm_eval.simple_evaluate(
         model=args.model_type,
         model_args=model_args,
@@ -121,7 +120,9 @@ def run_lm_eval(base_url: str, model: str, args, include_path: str | None, cache
         apply_chat_template=args.model_type == "local-chat-completions",
         gen_kwargs={"max_gen_toks": args.max_tokens, "temperature": 0.0, "do_sample": False},
         task_manager=TaskManager(include_path=include_path),
-        use_cache=None,  # never share a cache between the two runs compared
+        # No request cache: a cached answer never reaches the server, so the run it came
+        # from would be measured instead of this one.
+        use_cache=None,
         random_seed=0,
         numpy_random_seed=0,
         torch_random_seed=0,
@@ -129,14 +130,13 @@ def run_lm_eval(base_url: str, model: str, args, include_path: str | None, cache
     return results["results"][args.task], results["samples"][args.task]
 
 
-def measured_run(server: serving.Server, label: str, args, include_path, out: str) -> dict:
+def measured_run(server: serving.Server, label: str, args, include_path) -> dict:
     model = server.model_name()
     before = server.get("/metrics")
     started = time.time()
     print(f"[{label}] lm-eval {args.task} against {server.base_url} ...", file=sys.stderr,
           flush=True)
-    metrics, samples = run_lm_eval(server.base_url, model, args, include_path,
-                                   os.path.join(out, f"lm-eval-cache-{label}"))
+    metrics, samples = run_lm_eval(server.base_url, model, args, include_path)
     seconds = time.time() - started
     after = server.get("/metrics")
     tokens = counter(after, GENERATION_TOKENS) - counter(before, GENERATION_TOKENS)
@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
                                      ("with_draft", args.spec_url, True)):
         with ExitStack() as stack:
             server = stack.enter_context(server_for(args, label, url, speculative, out))
-            runs[label] = measured_run(server, label, args, include_path, out)
+            runs[label] = measured_run(server, label, args, include_path)
     report = {
         "task": args.task, "target": args.target or args.base_url,
         "draft": args.draft or args.spec_url, "model_type": args.model_type,
