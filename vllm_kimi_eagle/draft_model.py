@@ -246,6 +246,7 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
             shard.org_vocab_end_index - shard.org_vocab_start_index,
             self.draft_id_to_target_id,
             self.d2t_increasing,
+            need_values=lm_head.tp_size > 1,
         )
         if lm_head.tp_size > 1:
             # One float32 all-gather of (value, id) pairs: ids < 2**24 are exact in
