@@ -80,6 +80,14 @@ def read_checkpoint(folder: str) -> dict[str, TensorInfo]:
     return tensors
 
 
+def fc_in_features(tensors: dict[str, TensorInfo]) -> int | None:
+    """Input width of the draft's fc (captured states x target hidden), if present."""
+    for name, info in tensors.items():
+        if canonical_name(name) == "fc.weight" and len(info.shape) == 2:
+            return info.shape[1]
+    return None
+
+
 def tensor_problem(spec: DraftSpec, name: str, shape: tuple[int, ...]) -> str | None:
     """What is wrong with one checkpoint tensor, or None; the caller adds the file."""
     canonical = canonical_name(name)

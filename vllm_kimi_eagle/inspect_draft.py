@@ -100,14 +100,12 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ) -> 
     except DraftConfigError as err:
         report["problems"].append(str(err))
 
-    fc = next((info.shape for name, info in tensors.items()
-               if canonical_name(name) == "fc.weight" and len(info.shape) == 2), None)
     try:
         decision = resolve_layer_ids(
             config,
             layers,
             can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
-            fc_in_features=fc[1] if fc else None,
+            fc_in_features=checkpoint.fc_in_features(tensors),
             target_hidden_size=hidden or config.get("target_hidden_size")
             or config.get("hidden_size"),
             environ=environ,

@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 import os
 
-from vllm_kimi_eagle import checkpoint, vllm_compat
-from vllm_kimi_eagle.draft_spec import canonical_name, spec_from_config
+from vllm_kimi_eagle import DRAFT_ARCHITECTURES, checkpoint, vllm_compat
+from vllm_kimi_eagle.draft_spec import spec_from_config
 from vllm_kimi_eagle.layer_ids import explicit_convention, resolve_layer_ids
 from vllm_kimi_eagle.patching import wrap_method
 
@@ -29,10 +29,7 @@ KIMI_DEEPSEEK_TARGETS = frozenset(
 # Set on the draft's hf_config once resolved: the ids are never shifted twice.
 RESOLVED_MARK = "vllm_kimi_eagle_layer_ids"
 SHORTCUT_ENV = "VLLM_KIMI_EAGLE_GREEDY_SHORTCUT"
-
-PLUGIN_DRAFT_ARCHITECTURES = frozenset(
-    {"Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"}
-)
+PLUGIN_DRAFT_ARCHITECTURES = frozenset(DRAFT_ARCHITECTURES)
 
 
 def draft_problems(
@@ -55,10 +52,7 @@ def fc_in_features(draft) -> int | None:
     """Input width of the draft's fc from a local checkpoint's headers, if readable."""
     if not _local_checkpoint(draft):
         return None
-    for name, info in checkpoint.read_checkpoint(draft.model).items():
-        if canonical_name(name) == "fc.weight" and len(info.shape) == 2:
-            return info.shape[1]
-    return None
+    return checkpoint.fc_in_features(checkpoint.read_checkpoint(draft.model))
 
 
 def apply_layer_ids(spec_config) -> None:
