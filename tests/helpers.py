@@ -34,7 +34,7 @@ def write_config_only_models(root: str, draft_overrides: dict | None = None) -> 
     tiny_models.write_tokenizer(target)
     with open(os.path.join(target, "config.json"), "w") as f:
         json.dump(dict(tiny_models.TARGET_CONFIG, rope_parameters=tiny_models.ROPE), f)
-    config = tiny_models.draft_config(tiny_models.DRAFT_VARIANTS[0], "eagle3")
+    config = tiny_models.draft_config(tiny_models.DRAFT_VARIANTS[0])
     for key, value in (draft_overrides or {}).items():
         if value is None:
             config.pop(key, None)

@@ -218,15 +218,11 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
     def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
         """Logits over the target vocabulary (draft logits scattered through d2t)."""
         logits = self.logits_processor(self.lm_head, hidden_states)
-        if logits is None or self.draft_id_to_target_id is None:
-            return logits
-        targets = (
-            torch.arange(self.spec.draft_vocab_size, device=logits.device)
-            + self.draft_id_to_target_id
+        if logits is None:
+            return None
+        return greedy_sampler.to_target_vocab(
+            logits, self.draft_id_to_target_id, self.spec.vocab_size
         )
-        full = logits.new_full((logits.shape[0], self.spec.vocab_size), float("-inf"))
-        full[:, targets] = logits
-        return full
 
     def get_top_tokens(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Greedy draft tokens as target ids, without full-vocabulary logits.

@@ -66,14 +66,20 @@ def reduce_top1(values: torch.Tensor, target_ids: torch.Tensor) -> torch.Tensor:
     return torch.where(values == best, target_ids, NO_ID).min(dim=-1).values
 
 
-def plain_top1(draft_logits: torch.Tensor, d2t: torch.Tensor | None, target_vocab: int) -> torch.Tensor:
-    """The plain path, for comparison: scatter into full target-vocabulary logits, argmax."""
+def to_target_vocab(draft_logits: torch.Tensor, d2t: torch.Tensor | None,
+                    target_vocab: int) -> torch.Tensor:
+    """Logits over the target vocabulary: draft logits scattered through d2t, -inf elsewhere."""
     if d2t is None:
-        return draft_logits.argmax(dim=-1)
+        return draft_logits
     targets = torch.arange(draft_logits.shape[-1], device=draft_logits.device) + d2t
     full = draft_logits.new_full((draft_logits.shape[0], target_vocab), float("-inf"))
     full[:, targets] = draft_logits
-    return full.argmax(dim=-1)
+    return full
+
+
+def plain_top1(draft_logits: torch.Tensor, d2t: torch.Tensor | None, target_vocab: int) -> torch.Tensor:
+    """The plain path, for comparison: full target-vocabulary logits, then argmax."""
+    return to_target_vocab(draft_logits, d2t, target_vocab).argmax(dim=-1)
 
 
 def shortcut_top1(draft_logits: torch.Tensor, d2t: torch.Tensor | None) -> torch.Tensor:

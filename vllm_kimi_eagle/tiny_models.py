@@ -304,15 +304,6 @@ def capture_training_data(target, tokenizer) -> dict:
     return {"tokens": tokens, "aux": torch.cat(aux), "greedy": torch.cat(greedy)}
 
 
-def draft_spec_and_rope(kind: str):
-    from vllm_kimi_eagle.draft_spec import spec_from_config
-
-    config = dict(DRAFT_CONFIG, vocab_size=TARGET_CONFIG["vocab_size"])
-    if kind == "eagle3.1":
-        config.update(fc_norm=True, norm_output=True)
-    return spec_from_config(config), dict(ROPE)
-
-
 def train_draft(target, data: dict, kind: str, bar):
     """Distil a draft of ``kind`` on the captured data with TTT; returns (model, summary)."""
     import torch
@@ -320,7 +311,10 @@ def train_draft(target, data: dict, kind: str, bar):
     from vllm_kimi_eagle.reference import ReferenceDraft
 
     t = TRAINING
-    spec, rope = draft_spec_and_rope(kind)
+    from vllm_kimi_eagle.draft_spec import spec_from_config
+
+    spec = spec_from_config(draft_config(DraftVariant(kind, trained=kind)))
+    rope = dict(ROPE)
     torch.manual_seed(SEED + (1 if kind == "eagle3.1" else 0))
     draft = ReferenceDraft(spec, rope)
     draft.embed_tokens.weight.data.copy_(target.model.embed_tokens.weight.data)
@@ -376,11 +370,12 @@ def pruned_vocab_ids(tokens):
     return counts.topk(PRUNED_VOCAB).indices.sort().values
 
 
-def draft_config(variant: DraftVariant, trained: str) -> dict:
+def draft_config(variant: DraftVariant) -> dict:
+    """The config.json of a draft variant (also what training builds the draft from)."""
     config = dict(DRAFT_CONFIG, vocab_size=TARGET_CONFIG["vocab_size"],
                   draft_vocab_size=PRUNED_VOCAB if variant.pruned_vocab else TARGET_CONFIG["vocab_size"],
                   torch_dtype=variant.dtype)
-    if trained == "eagle3.1":
+    if variant.trained == "eagle3.1":
         config.update(fc_norm=True, norm_output=True)
     if variant.layer_ids == "output-of":
         config["eagle_config"] = dict(
@@ -414,7 +409,7 @@ def write_draft(draft, variant: DraftVariant, folder: str, pruned_ids) -> None:
         for k, v in tensors.items()
     }
     with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(draft_config(variant, variant.trained), f, indent=2)
+        json.dump(draft_config(variant), f, indent=2)
     if variant.shards == 1:
         save_file(tensors, os.path.join(folder, "model.safetensors"), metadata={"format": "pt"})
         return
