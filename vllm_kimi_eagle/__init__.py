@@ -13,7 +13,9 @@ Environment variables:
 ``VLLM_KIMI_EAGLE_LAYER_IDS``
     ``output-of`` / ``input-of`` / ``auto`` (default): how to read a draft's layer ids.
 ``VLLM_KIMI_EAGLE_GREEDY_SHORTCUT``
-    ``1`` (default) / ``0``: greedy draft tokens without full-vocabulary logits.
+    ``1`` (default) / ``0``: whether the plugin may turn on vLLM's
+    ``use_local_argmax_reduction`` for its draft class (never over a value the user set,
+    never where vLLM rejects it; see shortcut_policy.py).
 """
 
 from __future__ import annotations

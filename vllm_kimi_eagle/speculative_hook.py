@@ -8,18 +8,22 @@ vLLM has read and wrapped the draft's config, before an engine starts or a weigh
    runner reads, so the engine captures the layers the draft was trained on;
 2. with the plugin's draft class, a local checkpoint is checked against its config and
    every problem is listed (the class checks again while loading, for hub drafts), and
-   vLLM's proposer is told to use the class's greedy shortcut (``get_top_tokens``).
+   vLLM's proposer is told to use the class's greedy shortcut (``get_top_tokens``)
+   unless the user set the switch or vLLM rejects it (``shortcut_policy.py``).
 """
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import logging
 import os
 
-from vllm_kimi_eagle import DRAFT_ARCHITECTURES, checkpoint, vllm_compat
+from vllm_kimi_eagle import DRAFT_ARCHITECTURES, checkpoint, shortcut_policy, vllm_compat
 from vllm_kimi_eagle.draft_spec import spec_from_config
 from vllm_kimi_eagle.layer_ids import explicit_convention, resolve_layer_ids
 from vllm_kimi_eagle.patching import wrap_method
+from vllm_kimi_eagle.shortcut_policy import FLAG
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 # Target model types whose drafts get the layer-id handling without being asked.
@@ -28,7 +32,10 @@ KIMI_DEEPSEEK_TARGETS = frozenset(
 )
 # Set on the draft's hf_config once resolved: the ids are never shifted twice.
 RESOLVED_MARK = "vllm_kimi_eagle_layer_ids"
-SHORTCUT_ENV = "VLLM_KIMI_EAGLE_GREEDY_SHORTCUT"
+# Names of the fields the user passed to the SpeculativeConfig being built (None: unknown).
+_USER_GIVEN: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar(
+    "vllm_kimi_eagle_user_given", default=None
+)
 PLUGIN_DRAFT_ARCHITECTURES = frozenset(DRAFT_ARCHITECTURES)
 
 
@@ -96,27 +103,22 @@ def check_checkpoint(spec_config) -> None:
         )
 
 
-def shortcut_enabled(environ=os.environ) -> bool:
-    """The greedy shortcut is on unless VLLM_KIMI_EAGLE_GREEDY_SHORTCUT=0."""
-    return environ.get(SHORTCUT_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+def apply_greedy_shortcut(spec_config) -> None:
+    """Let vLLM's proposer call our draft's get_top_tokens where nothing forbids it.
 
-
-def enable_greedy_shortcut(spec_config) -> None:
-    """Make vLLM's proposer call our draft's get_top_tokens for greedy drafts.
-
-    The switch is vLLM's ``use_local_argmax_reduction``; it is left alone where vLLM
-    rejects it (adaptive verification reads full draft logits) or lacks it.
+    The decision (shortcut_policy.decide) keeps a value the user gave and every setting
+    vLLM rejects the flag with; one INFO line says what it decided and why.
     """
-    if not shortcut_enabled() or not hasattr(spec_config, "use_local_argmax_reduction"):
-        return
+    if not hasattr(spec_config, FLAG):
+        return  # this vLLM has no local-argmax switch
     if not PLUGIN_DRAFT_ARCHITECTURES & set(spec_config.draft_model_config.architectures or ()):
         return
-    if getattr(spec_config, "enable_adaptive_verification", False):
-        return
-    if not spec_config.use_local_argmax_reduction:
-        spec_config.use_local_argmax_reduction = True
-        logger.info("vllm-kimi-eagle: greedy draft tokens use the local-argmax shortcut "
-                    "(no full-vocabulary logits); %s=0 turns it off.", SHORTCUT_ENV)
+    settings = {name: getattr(spec_config, name, None)
+                for name in (FLAG, *(c[0] for c in vllm_compat.LOCAL_ARGMAX_CONFLICTS))}
+    decision = shortcut_policy.decide(settings, _USER_GIVEN.get())
+    if decision.changed:
+        setattr(spec_config, FLAG, decision.use)
+    logger.info("vllm-kimi-eagle: %s", decision.log_line())
 
 
 def on_speculative_config(spec_config, ours: bool) -> None:
@@ -128,27 +130,54 @@ def on_speculative_config(spec_config, ours: bool) -> None:
     apply_layer_ids(spec_config)
     if ours:
         check_checkpoint(spec_config)
-        enable_greedy_shortcut(spec_config)
+        apply_greedy_shortcut(spec_config)
+
+
+def given_field_names(cls, args: tuple, kwargs: dict) -> frozenset[str]:
+    """Names of the dataclass fields a constructor call sets (positional ones included)."""
+    positional = [f.name for f in dataclasses.fields(cls) if f.init][: len(args)]
+    return frozenset(positional) | frozenset(kwargs)
 
 
 def install_speculative_hook(ours: bool) -> bool:
     """Call on_speculative_config at the end of SpeculativeConfig.__post_init__.
 
     ``ours``: the plugin's draft class serves the MLA drafts (checkpoint checks and the
-    greedy shortcut apply to it only).
+    greedy shortcut apply to it only). SpeculativeConfig.__init__ is wrapped too, only to
+    note which fields the caller set: vLLM builds it from the user's speculative config
+    (engine/arg_utils.py `SpeculativeConfig(**self.speculative_config)`, 0.28-0.33), so
+    an explicit ``"use_local_argmax_reduction": false`` is told apart from the default.
     """
 
-    def make_wrapper(original):
+    def make_post_init(original):
         def __post_init__(self, *args, **kwargs):
             original(self, *args, **kwargs)
             on_speculative_config(self, ours)
 
         return __post_init__
 
-    return wrap_method(
+    def make_init(original):
+        def __init__(self, *args, **kwargs):
+            token = _USER_GIVEN.set(given_field_names(type(self), args, kwargs))
+            try:
+                original(self, *args, **kwargs)
+            finally:
+                _USER_GIVEN.reset(token)
+
+        return __init__
+
+    noted = wrap_method(
+        vllm_compat.SPECULATIVE_CONFIG,
+        "__init__",
+        make_init,
+        "the plugin cannot tell a speculative config's explicit "
+        "use_local_argmax_reduction from vLLM's default, so it leaves the flag alone.",
+    )
+    hooked = wrap_method(
         vllm_compat.SPECULATIVE_CONFIG,
         "__post_init__",
-        make_wrapper,
+        make_post_init,
         "draft layer ids are used as written and checkpoints are checked only while "
         "their weights load.",
     )
+    return noted and hooked

@@ -93,6 +93,48 @@ def eagle3_draft_base() -> type:
     return getattr(importlib.import_module(module_name), class_name)
 
 
+# ---- vLLM's own greedy local-argmax path (read in the 0.28.0-0.33.0 sources) ----------
+# In every release 0.28.0-0.33.0:
+# - SpeculativeConfig.use_local_argmax_reduction exists, default False (config/speculative.py);
+# - the V1 proposer (v1/spec_decode/llm_base_proposer.py `_greedy_sample`) and the V2
+#   speculator (v1/worker/gpu/spec_decode/speculator.py `sample_draft`) call the draft's
+#   get_top_tokens() instead of compute_logits().argmax() when it is on;
+# - LocalArgmaxMixin (model_executor/models/interfaces.py) gives a d2t-aware
+#   get_top_tokens: per-rank top-1, one float32 all-gather of (value, index) pairs;
+# - vLLM's in-tree MLA draft (deepseek_eagle3.Eagle3DeepseekV2ForCausalLM) mixes it in.
+# So with the flag on, vLLM's own class already skips the full-vocabulary logits; with it
+# off (vLLM's default) both classes scatter into a target-vocabulary tensor and argmax.
+LOCAL_ARGMAX_FLAG_FROM = Version("0.28.0")  # oldest release read; older: hasattr() decides
+LOCAL_ARGMAX_MIXIN = ("vllm.model_executor.models.interfaces", "LocalArgmaxMixin")
+
+# Speculative settings with which vLLM rejects (or mis-serves) use_local_argmax_reduction:
+# (field, value, where and how), as read in 0.28.0-0.33.0. The plugin never turns the flag
+# on when one holds (shortcut_policy.py).
+LOCAL_ARGMAX_CONFLICTS = (
+    ("draft_sample_method", "probabilistic",
+     "Model Runner V2 (the GPU default) raises ValueError at start-up "
+     "(v1/worker/gpu/spec_decode/speculator.py _validate_local_argmax_reduction, 0.28-0.33)"),
+    ("enable_adaptive_verification", True,
+     "SpeculativeConfig raises for every method but DSpark (config/speculative.py, "
+     "0.30-0.33; 0.28-0.29 refuse adaptive verification outside DSpark anyway) and the "
+     "V2 speculator raises (acceptance estimator, 0.30-0.33)"),
+    ("use_heterogeneous_vocab", True,
+     "SpeculativeConfig raises in 0.33; in 0.28-0.32 the V1 proposer would skip the "
+     "token-level vocabulary mapping"),
+)
+
+
+def local_argmax_mixin() -> type | None:
+    """vLLM's LocalArgmaxMixin, or None where this release has none."""
+    import importlib
+
+    module_name, class_name = LOCAL_ARGMAX_MIXIN
+    try:
+        return getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError):
+        return None
+
+
 # From this release the target can capture after its last layer (id == num layers).
 CAPTURE_AFTER_LAST_LAYER_FROM = Version("0.25.1")
 
