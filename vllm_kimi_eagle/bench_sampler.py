@@ -1,29 +1,42 @@
-"""``vllm-kimi-eagle bench-sampler``: the greedy shortcut against the plain path.
+"""``vllm-kimi-eagle bench-sampler``: greedy draft tokens, three paths side by side.
 
-Times, side by side in one run, at Kimi's real sizes (hidden 7168, target vocabulary
-163840, draft vocabulary 163840 or 32000 with d2t), per draft step:
+At Kimi's real sizes (hidden 7168, target vocabulary 163840, draft vocabulary 163840 or
+32000 with d2t), per draft step, in one run with the calls interleaved:
 
-- ``sampling``: from draft logits to the target id (plain: full target-vocabulary
-  ``-inf`` tensor, scatter through d2t, argmax; shortcut: ``greedy_sampler.shard_top1``);
-- ``head``: LM head matmul plus sampling.
+- ``plain``: vLLM's default (``use_local_argmax_reduction`` off): vLLM's in-tree MLA
+  draft's ``compute_logits`` (logits over the draft vocabulary, scattered into a
+  target-vocabulary ``-inf`` tensor through d2t), then ``argmax``;
+- ``upstream_local``: vLLM's own local argmax, ``LocalArgmaxMixin.get_top_tokens``
+  (what vLLM's in-tree class runs with the flag on), imported from the installed vLLM;
+  skipped, with the reason, where the release has none;
+- ``shortcut``: this plugin's ``Eagle3DeepseekV2ForCausalLM.get_top_tokens``.
 
-Reports the median time of each, the ratio plain/shortcut, and the memory each path
-allocates beyond its inputs (peak on a GPU; bytes allocated during the call on a CPU,
-from the PyTorch profiler). Checks that both paths pick the same tokens.
+All three are the real functions, called on a real vLLM ``ParallelLMHead`` and
+``LogitsProcessor`` (tensor parallel size 1). Two parts are timed:
+
+- ``head``: the whole call, LM-head matmul included (what a draft step pays);
+- ``sampling``: the same calls with the LM head's matmul replaced by the precomputed
+  logits, identically for all three paths, so that only the token choice is timed.
+
+Reports median times, the ratios plain/shortcut (``ratio``) and upstream_local/shortcut
+(``ratio_vs_upstream_local``), and the memory each path allocates beyond its inputs
+(peak on a GPU; bytes allocated during the call on a CPU, from the PyTorch profiler).
+Exits non-zero if the paths ever pick different tokens.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import socket
 import statistics
 import sys
 import time
+from types import SimpleNamespace
 
 import torch
-import torch.nn.functional as F
-
-from vllm_kimi_eagle.greedy_sampler import d2t_is_increasing, plain_top1, shard_top1
+from torch import nn
 
 KIMI = {"hidden": 7168, "target_vocab": 163840, "draft_vocabs": (163840, 32000)}
 
@@ -36,7 +49,7 @@ def _sync(device: torch.device) -> None:
 def _median_ms(fns: dict, repeats: int, device: torch.device) -> dict:
     """Median wall time of each function, calls interleaved to share the noise."""
     times: dict = {name: [] for name in fns}
-    for name, fn in fns.items():  # warm-up
+    for fn in fns.values():  # warm-up
         fn()
     for _ in range(repeats):
         for name, fn in fns.items():
@@ -74,37 +87,119 @@ def _extra_mb(fn, device: torch.device) -> float:
     return allocated / 2**20
 
 
+@contextlib.contextmanager
+def single_rank_vllm():
+    """vLLM's distributed state for one rank (gloo), as the layers need it."""
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import (
+        destroy_distributed_environment,
+        destroy_model_parallel,
+        init_distributed_environment,
+        initialize_model_parallel,
+    )
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with set_current_vllm_config(VllmConfig()):
+        init_distributed_environment(
+            world_size=1, rank=0, local_rank=0, backend="gloo",
+            distributed_init_method=f"tcp://127.0.0.1:{port}",
+        )
+        initialize_model_parallel(1, 1)
+        try:
+            yield
+        finally:
+            destroy_model_parallel()
+            destroy_distributed_environment()
+
+
+class _PrecomputedLogits:
+    """Quant method whose 'matmul' returns its input: the sampling part's logits."""
+
+    def apply(self, layer, x, bias=None):
+        return x
+
+
+class DraftHead(nn.Module):
+    """The draft attributes the three paths read: lm_head, logits_processor, d2t."""
+
+    def __init__(self, weight, d2t, target_vocab: int, precomputed: bool):
+        super().__init__()
+        from vllm.model_executor.layers.logits_processor import LogitsProcessor
+        from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+        from vllm_kimi_eagle import greedy_sampler
+
+        draft_vocab, hidden = weight.shape
+        self.lm_head = ParallelLMHead(draft_vocab, hidden, params_dtype=weight.dtype)
+        self.lm_head.weight.data[:draft_vocab].copy_(weight)  # rows past it: padding
+        self.lm_head.to(weight.device)
+        self.lm_head.quant_method.process_weights_after_loading(self.lm_head)
+        if precomputed:
+            self.lm_head.quant_method = _PrecomputedLogits()
+        self.logits_processor = LogitsProcessor(draft_vocab)
+        self.draft_id_to_target_id = d2t
+        self.d2t_increasing = greedy_sampler.d2t_is_increasing(d2t)
+        self.config = SimpleNamespace(vocab_size=target_vocab, draft_vocab_size=draft_vocab)
+        self.spec = SimpleNamespace(vocab_size=target_vocab)
+
+
+def upstream_classes() -> tuple[type | None, type | None, str]:
+    """(vLLM's in-tree MLA draft class, LocalArgmaxMixin, why one is missing)."""
+    from vllm_kimi_eagle import vllm_compat
+
+    mixin = vllm_compat.local_argmax_mixin()
+    try:
+        from vllm.model_executor.models.deepseek_eagle3 import Eagle3DeepseekV2ForCausalLM
+    except ImportError as err:
+        return None, mixin, f"this vLLM has no in-tree MLA draft ({err})"
+    if mixin is None:
+        return Eagle3DeepseekV2ForCausalLM, None, "this vLLM has no LocalArgmaxMixin"
+    return Eagle3DeepseekV2ForCausalLM, mixin, ""
+
+
+def paths(head: DraftHead) -> dict:
+    """The three token choices on one DraftHead, hidden states -> target ids."""
+    from vllm_kimi_eagle.draft_model import Eagle3DeepseekV2ForCausalLM as Ours
+
+    upstream, mixin, _ = upstream_classes()
+    plain_logits = upstream.compute_logits if upstream else Ours.compute_logits
+    chosen = {
+        "plain": lambda h: plain_logits(head, h).argmax(dim=-1),
+        "shortcut": lambda h: Ours.get_top_tokens(head, h),
+    }
+    if mixin is not None:
+        chosen["upstream_local"] = lambda h: mixin.get_top_tokens(head, h)
+    return chosen
+
+
 def bench(hidden: int, target_vocab: int, draft_vocabs, batches, repeats: int,
           device: torch.device, dtype: torch.dtype, seed: int = 0):
     """Yield one dict per (draft vocab, batch, part)."""
     g = torch.Generator().manual_seed(seed)
+    _, _, missing = upstream_classes()
     for draft_vocab in draft_vocabs:
         weight = (torch.randn(draft_vocab, hidden, generator=g) * hidden**-0.5).to(device, dtype)
         d2t = None
         if draft_vocab != target_vocab:
             kept = torch.randperm(target_vocab, generator=g)[:draft_vocab].sort().values
             d2t = (kept - torch.arange(draft_vocab)).to(device)
-        increasing = d2t_is_increasing(d2t)
-
-        def shortcut(logits):
-            return shard_top1(logits, 0, draft_vocab, d2t, increasing, need_values=False)[1]
-
+        heads = {"head": DraftHead(weight, d2t, target_vocab, precomputed=False),
+                 "sampling": DraftHead(weight, d2t, target_vocab, precomputed=True)}
         for batch in batches:
             h = torch.randn(batch, hidden, generator=g).to(device, dtype)
-            logits = F.linear(h, weight)
-            paths = {
-                "sampling": {
-                    "plain": lambda: plain_top1(logits, d2t, target_vocab),
-                    "shortcut": lambda: shortcut(logits),
-                },
-                "head": {
-                    "plain": lambda: plain_top1(F.linear(h, weight), d2t, target_vocab),
-                    "shortcut": lambda: shortcut(F.linear(h, weight)),
-                },
-            }
-            for part, fns in paths.items():
-                same = torch.equal(fns["plain"](), fns["shortcut"]())
+            real = heads["head"].lm_head
+            # Padded to the head's width, as the real matmul returns them.
+            logits = real.quant_method.apply(real, h)
+            for part, head in heads.items():
+                x = h if part == "head" else logits
+                fns = {name: (lambda f=f, x=x: f(x)) for name, f in paths(head).items()}
+                tokens = {name: fn() for name, fn in fns.items()}
+                same = all(torch.equal(tokens["plain"], t) for t in tokens.values())
                 ms = _median_ms(fns, repeats, device)
+                extra = {name: round(_extra_mb(fn, device), 2) for name, fn in fns.items()}
+                up = ms.get("upstream_local")
                 yield {
                     "draft_vocab": draft_vocab,
                     "target_vocab": target_vocab,
@@ -113,12 +208,21 @@ def bench(hidden: int, target_vocab: int, draft_vocabs, batches, repeats: int,
                     "plain_ms": round(ms["plain"], 4),
                     "shortcut_ms": round(ms["shortcut"], 4),
                     "ratio": round(ms["plain"] / ms["shortcut"], 2),
-                    "plain_extra_mb": round(_extra_mb(fns["plain"], device), 2),
-                    "shortcut_extra_mb": round(_extra_mb(fns["shortcut"], device), 2),
+                    "upstream_local_ms": round(up, 4) if up is not None else None,
+                    "ratio_vs_upstream_local": (
+                        round(up / ms["shortcut"], 2) if up is not None else None),
+                    "upstream_local_skipped": missing or None,
+                    "plain_extra_mb": extra["plain"],
+                    "shortcut_extra_mb": extra["shortcut"],
+                    "upstream_local_extra_mb": extra.get("upstream_local"),
                     "same_tokens": same,
                     "device": str(device),
                     "dtype": str(dtype).removeprefix("torch."),
                 }
+
+
+def _fmt(value, spec: str) -> str:
+    return format(value, spec) if value is not None else "-".rjust(int(spec.split(".")[0]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,21 +240,28 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
-    rows = bench(args.hidden, args.target_vocab,
-                 [int(v) for v in args.draft_vocabs.split(",")],
-                 [int(b) for b in args.batches.split(",")], args.repeats, device, dtype)
-    if not args.json:
-        print(f"{'draft':>7} {'target':>7} {'batch':>5} {'part':>8} {'plain ms':>9} "
-              f"{'short ms':>9} {'ratio':>6} {'plain MiB':>9} {'short MiB':>9} same")
     mismatches = 0
-    for row in rows:
-        mismatches += not row["same_tokens"]
-        if args.json:
-            print(json.dumps(row), flush=True)
-        else:
+    with single_rank_vllm():
+        _, _, missing = upstream_classes()
+        if missing and not args.json:
+            print(f"vLLM's own local-argmax path skipped: {missing}")
+        if not args.json:
+            print(f"{'draft':>7} {'target':>7} {'batch':>5} {'part':>8} {'plain ms':>9} "
+                  f"{'upstr ms':>9} {'short ms':>9} {'plain/sh':>8} {'upstr/sh':>8} "
+                  f"{'plain MiB':>9} {'upstr MiB':>9} {'short MiB':>9} same", flush=True)
+        for row in bench(args.hidden, args.target_vocab,
+                         [int(v) for v in args.draft_vocabs.split(",")],
+                         [int(b) for b in args.batches.split(",")], args.repeats, device, dtype):
+            mismatches += not row["same_tokens"]
+            if args.json:
+                print(json.dumps(row), flush=True)
+                continue
             print(f"{row['draft_vocab']:>7} {row['target_vocab']:>7} {row['batch']:>5} "
-                  f"{row['part']:>8} {row['plain_ms']:>9.3f} {row['shortcut_ms']:>9.3f} "
-                  f"{row['ratio']:>6.2f} {row['plain_extra_mb']:>9.2f} "
+                  f"{row['part']:>8} {row['plain_ms']:>9.3f} "
+                  f"{_fmt(row['upstream_local_ms'], '9.3f')} {row['shortcut_ms']:>9.3f} "
+                  f"{row['ratio']:>8.2f} {_fmt(row['ratio_vs_upstream_local'], '8.2f')} "
+                  f"{row['plain_extra_mb']:>9.2f} "
+                  f"{_fmt(row['upstream_local_extra_mb'], '9.2f')} "
                   f"{row['shortcut_extra_mb']:>9.2f} {row['same_tokens']}", flush=True)
     return 1 if mismatches else 0
 
