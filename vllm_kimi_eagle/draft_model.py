@@ -161,6 +161,12 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
     # Set while loading; the proposer shares the target's embedding/lm_head when False.
     has_own_embed_tokens = False
     has_own_lm_head = False
+    # Read by vLLM's model loader on the class to match fused layers of quantized
+    # checkpoints; ours, not the base's (Llama's names qkv_proj, which we lack).
+    packed_modules_mapping = {
+        "fused_qkv_a_proj": ["q_a_proj", "kv_a_proj_with_mqa"],
+        "gate_up_proj": ["gate_proj", "up_proj"],
+    }
 
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         nn.Module.__init__(self)
