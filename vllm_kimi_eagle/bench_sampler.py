@@ -124,19 +124,23 @@ class _PrecomputedLogits:
 class DraftHead(nn.Module):
     """The draft attributes the three paths read: lm_head, logits_processor, d2t."""
 
-    def __init__(self, weight, d2t, target_vocab: int, precomputed: bool):
+    def __init__(self, draft_vocab: int, hidden: int | None, d2t, target_vocab: int,
+                 device: torch.device, dtype: torch.dtype, generator=None):
+        """``hidden`` None: the sampling part's head, fed precomputed logits."""
         super().__init__()
         from vllm.model_executor.layers.logits_processor import LogitsProcessor
         from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
         from vllm_kimi_eagle import greedy_sampler
 
-        draft_vocab, hidden = weight.shape
-        self.lm_head = ParallelLMHead(draft_vocab, hidden, params_dtype=weight.dtype)
-        self.lm_head.weight.data[:draft_vocab].copy_(weight)  # rows past it: padding
-        self.lm_head.to(weight.device)
+        self.lm_head = ParallelLMHead(draft_vocab, hidden or 1, params_dtype=dtype)
+        if hidden:  # rows past draft_vocab are the head's padding and stay zero
+            rows = torch.randn(draft_vocab, hidden, generator=generator) * hidden**-0.5
+            self.lm_head.weight.data[:draft_vocab].copy_(rows)
+            del rows
+        self.lm_head.to(device)
         self.lm_head.quant_method.process_weights_after_loading(self.lm_head)
-        if precomputed:
+        if not hidden:
             self.lm_head.quant_method = _PrecomputedLogits()
         self.logits_processor = LogitsProcessor(draft_vocab)
         self.draft_id_to_target_id = d2t
@@ -180,13 +184,14 @@ def bench(hidden: int, target_vocab: int, draft_vocabs, batches, repeats: int,
     g = torch.Generator().manual_seed(seed)
     _, _, missing = upstream_classes()
     for draft_vocab in draft_vocabs:
-        weight = (torch.randn(draft_vocab, hidden, generator=g) * hidden**-0.5).to(device, dtype)
         d2t = None
         if draft_vocab != target_vocab:
             kept = torch.randperm(target_vocab, generator=g)[:draft_vocab].sort().values
             d2t = (kept - torch.arange(draft_vocab)).to(device)
-        heads = {"head": DraftHead(weight, d2t, target_vocab, precomputed=False),
-                 "sampling": DraftHead(weight, d2t, target_vocab, precomputed=True)}
+        heads = {
+            "head": DraftHead(draft_vocab, hidden, d2t, target_vocab, device, dtype, g),
+            "sampling": DraftHead(draft_vocab, None, d2t, target_vocab, device, dtype),
+        }
         for batch in batches:
             h = torch.randn(batch, hidden, generator=g).to(device, dtype)
             real = heads["head"].lm_head

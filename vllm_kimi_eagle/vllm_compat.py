@@ -78,10 +78,25 @@ MLA_CHECK = (
 CONFIG_REGISTRY = ("vllm.transformers_utils.config", "_CONFIG_REGISTRY")
 SPECULATIVE_CONFIG = ("vllm.config.speculative", "SpeculativeConfig")
 # vLLM's EAGLE3 proposer asserts that the draft is an instance of one of its own classes
-# (llm_base_proposer.py, `assert isinstance(model, (Eagle3LlamaForCausalLM, ...))`, 0.28
-# to 0.32). Our draft derives from this one only to pass that check: it overrides
-# __init__ and every method the proposer calls. The Llama class is chosen because it
-# exists in every supported release, unlike deepseek_eagle3 (missing before 0.18.1).
+# (llm_base_proposer.py, `assert isinstance(model, (Eagle3LlamaForCausalLM,
+# Eagle3DeepseekV2ForCausalLM, ...))`, 0.28-0.33); a plain class cannot pass it, so ours
+# derives from one. tests/test_draft_contract.py reads from the installed vLLM every
+# attribute the V1 proposer and the V2 speculator use on a draft and checks that our
+# class defines each itself (0.28 and 0.32: combine_hidden_states, compute_logits,
+# config, embed_input_ids, get_top_tokens, has_own_embed_tokens, has_own_lm_head,
+# lm_head, model, forward; mask_hidden is parallel drafting only).
+# Which base leaves the least inherited code, per release (names a base adds beyond
+# nn.Module that our class does not define, read on 0.28.0 and 0.32.0):
+# - llama_eagle3.Eagle3LlamaForCausalLM: 16 (0.28) / 17 (0.32): interface flags
+#   (supports_eagle3, supports_pp, supports_lora), target-side layer-id setters, and
+#   hf_to_vllm_mapper (Llama names, read by the loader only for quantized drafts);
+# - deepseek_eagle3.Eagle3DeepseekV2ForCausalLM (vLLM's own MLA draft): 18 in both, the
+#   same flags plus MoE/EPLB hooks (set_eplb_state, update_physical_experts_metadata,
+#   get_expert_mapping, set_moe_parameters) that vLLM's expert-load balancing calls on
+#   models that look like MoE; a dense one-layer draft must not offer them.
+# So the Llama class stays the base in every release 0.28-0.33 (it is also the only
+# candidate before 0.18.1). packed_modules_mapping, which the loader reads on the class,
+# is defined by ours.
 EAGLE3_DRAFT_BASE = ("vllm.model_executor.models.llama_eagle3", "Eagle3LlamaForCausalLM")
 
 
