@@ -156,3 +156,30 @@ def test_bench_sampler_command_prints_rows():
     pruned = [r for r in rows if r["draft_vocab"] == 1000 and r["part"] == "sampling"]
     print("\n" + "\n".join(json.dumps(r) for r in pruned))
     assert all(r["shortcut_extra_mb"] < r["plain_extra_mb"] for r in pruned)
+
+
+def test_draft_class_matches_plain_path_with_a_bf16_logit_scale():
+    """Our class's get_top_tokens on a real vLLM ParallelLMHead/LogitsProcessor, against
+    the plain path, with a logit scale that rounds two distinct bf16 logits to one value:
+    the plain path (scale, then argmax) then picks the lower id, and so must we."""
+    from vllm.model_executor.layers.logits_processor import LogitsProcessor
+
+    from vllm_kimi_eagle.bench_sampler import DraftHead, single_rank_vllm
+    from vllm_kimi_eagle.draft_model import Eagle3DeepseekV2ForCausalLM as Ours
+
+    grid = torch.arange(1.0, 2.0, 2**-7, dtype=torch.bfloat16)  # consecutive bf16 values
+    scale = next(s for s in (0.3, 0.7, 1 / 3, 0.9) if bool(
+        ((grid[:-1] * s) == (grid[1:] * s)).any()))
+    i = int(((grid[:-1] * scale) == (grid[1:] * scale)).nonzero()[0])
+    low, high = grid[i], grid[i + 1]
+    vocab = 64
+    with single_rank_vllm():
+        head = DraftHead(vocab, vocab, None, vocab, torch.device("cpu"), torch.bfloat16,
+                         weight=torch.eye(vocab))  # logits == hidden states, exactly
+        head.logits_processor = LogitsProcessor(vocab, scale=scale)
+        h = torch.zeros(1, vocab, dtype=torch.bfloat16)
+        h[0, 5], h[0, 9] = low, high  # unscaled: 9 wins; scaled: a tie, 5 wins
+        plain = Ours.compute_logits(head, h).argmax(dim=-1)
+        ours = Ours.get_top_tokens(head, h)
+    assert int(plain) == 5, (scale, low, high)
+    assert torch.equal(ours, plain)

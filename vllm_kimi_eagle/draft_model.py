@@ -234,13 +234,16 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         """Greedy draft tokens as target ids, without full-vocabulary logits.
 
         vLLM's proposer calls this instead of compute_logits().argmax() when
-        use_local_argmax_reduction is on (the plugin turns it on for this class). Each
-        rank takes the top of its own LM-head shard; only (value, target id) pairs cross
-        ranks; d2t maps the winners only. Same answer as the plain path, ties included
-        (see greedy_sampler). A positive logit scale does not move the argmax.
+        use_local_argmax_reduction is on (shortcut_policy decides). Each rank takes the
+        top of its own LM-head shard; only (value, target id) pairs cross ranks; d2t
+        maps the winners only. Same answer as the plain path, ties included (see
+        greedy_sampler). A logit scale other than 1 is applied as the plain path applies
+        it: in bf16, scaling can round two logits to one value, and the tie rule decides.
         """
         lm_head = self.lm_head
         logits = lm_head.quant_method.apply(lm_head, hidden_states)
+        if self.logits_processor.scale != 1.0:
+            logits = logits * self.logits_processor.scale
         shard = lm_head.shard_indices
         values, target_ids = greedy_sampler.shard_top1(
             logits,
@@ -248,7 +251,6 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
             shard.org_vocab_end_index - shard.org_vocab_start_index,
             self.draft_id_to_target_id,
             self.d2t_increasing,
-            need_values=lm_head.tp_size > 1,
         )
         if lm_head.tp_size > 1:
             # One float32 all-gather of (value, id) pairs: ids < 2**24 are exact in
