@@ -18,7 +18,10 @@ All three are the real functions, called on a real vLLM ``ParallelLMHead`` and
 - ``sampling``: the same calls with the LM head's matmul replaced by the precomputed
   logits, identically for all three paths, so that only the token choice is timed.
 
-Reports median times, the ratios plain/shortcut (``ratio``) and upstream_local/shortcut
+Times are wall-clock on a GPU (synchronised). On a CPU they are the calling thread's
+CPU time with one PyTorch thread (``--threads``): a shared machine's other processes then
+barely move them, where wall-clock medians swing by several times. Reports median times,
+the ratios plain/shortcut (``ratio``) and upstream_local/shortcut
 (``ratio_vs_upstream_local``), and the memory each path allocates beyond its inputs
 (peak on a GPU; bytes allocated during the call on a CPU, from the PyTorch profiler).
 Exits non-zero if the paths ever pick different tokens.
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import socket
 import statistics
@@ -46,18 +50,33 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _median_ms(fns: dict, repeats: int, device: torch.device) -> dict:
-    """Median wall time of each function, calls interleaved to share the noise."""
+def _clock(device: torch.device):
+    """Wall clock on a GPU; the calling thread's CPU time on a CPU (see module doc)."""
+    return time.perf_counter if device.type == "cuda" else time.thread_time
+
+
+def _median_ms(fns: dict, repeats: int, device: torch.device, inputs: torch.Tensor) -> dict:
+    """Median time of each function, calls interleaved to share the noise.
+
+    Every call starts from the same cache state: its input is read (untimed) just
+    before, as a draft step's logits are hot when they are sampled. Without that the
+    plain path, which writes a batch x target-vocabulary tensor, would evict the input
+    of whichever call follows it. The order also cycles through every permutation.
+    """
+    clock = _clock(device)
     times: dict = {name: [] for name in fns}
+    orders = list(itertools.permutations(fns))
     for fn in fns.values():  # warm-up
         fn()
-    for _ in range(repeats):
-        for name, fn in fns.items():
+    for repeat in range(repeats):
+        for name in orders[repeat % len(orders)]:
+            fn = fns[name]
+            inputs.sum()
             _sync(device)
-            start = time.perf_counter()
+            start = clock()
             fn()
             _sync(device)
-            times[name].append((time.perf_counter() - start) * 1000)
+            times[name].append((clock() - start) * 1000)
     return {name: statistics.median(t) for name, t in times.items()}
 
 
@@ -125,8 +144,9 @@ class DraftHead(nn.Module):
     """The draft attributes the three paths read: lm_head, logits_processor, d2t."""
 
     def __init__(self, draft_vocab: int, hidden: int | None, d2t, target_vocab: int,
-                 device: torch.device, dtype: torch.dtype, generator=None):
-        """``hidden`` None: the sampling part's head, fed precomputed logits."""
+                 device: torch.device, dtype: torch.dtype, generator=None, weight=None):
+        """``hidden`` None: the sampling part's head, fed precomputed logits; ``weight``
+        None: random rows from ``generator``."""
         super().__init__()
         from vllm.model_executor.layers.logits_processor import LogitsProcessor
         from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
@@ -135,9 +155,10 @@ class DraftHead(nn.Module):
 
         self.lm_head = ParallelLMHead(draft_vocab, hidden or 1, params_dtype=dtype)
         if hidden:  # rows past draft_vocab are the head's padding and stay zero
-            rows = torch.randn(draft_vocab, hidden, generator=generator) * hidden**-0.5
-            self.lm_head.weight.data[:draft_vocab].copy_(rows)
-            del rows
+            if weight is None:
+                weight = torch.randn(draft_vocab, hidden, generator=generator) * hidden**-0.5
+            self.lm_head.weight.data[:draft_vocab].copy_(weight)
+            del weight
         self.lm_head.to(device)
         self.lm_head.quant_method.process_weights_after_loading(self.lm_head)
         if not hidden:
@@ -202,7 +223,7 @@ def bench(hidden: int, target_vocab: int, draft_vocabs, batches, repeats: int,
                 fns = {name: (lambda f=f, x=x: f(x)) for name, f in paths(head).items()}
                 tokens = {name: fn() for name, fn in fns.items()}
                 same = all(torch.equal(tokens["plain"], t) for t in tokens.values())
-                ms = _median_ms(fns, repeats, device)
+                ms = _median_ms(fns, repeats, device, x)
                 extra = {name: round(_extra_mb(fn, device), 2) for name, fn in fns.items()}
                 up = ms.get("upstream_local")
                 yield {
@@ -222,6 +243,7 @@ def bench(hidden: int, target_vocab: int, draft_vocabs, batches, repeats: int,
                     "upstream_local_extra_mb": extra.get("upstream_local"),
                     "same_tokens": same,
                     "device": str(device),
+                    "clock": "wall" if device.type == "cuda" else "thread_cpu",
                     "dtype": str(dtype).removeprefix("torch."),
                 }
 
@@ -237,13 +259,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-vocab", type=int, default=KIMI["target_vocab"])
     parser.add_argument("--draft-vocabs", default=",".join(map(str, KIMI["draft_vocabs"])))
     parser.add_argument("--batches", default="1,4,16,64")
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=18)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default=None,
                         help="default: bfloat16 on a GPU, float32 on a CPU")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="PyTorch threads on a CPU (default 1: per-thread CPU time is "
+                             "then the whole cost)")
     parser.add_argument("--json", action="store_true", help="one JSON object per row")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     mismatches = 0
     with single_rank_vllm():
@@ -251,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         if missing and not args.json:
             print(f"vLLM's own local-argmax path skipped: {missing}")
         if not args.json:
+            clock = "wall clock" if device.type == "cuda" else (
+                f"CPU time of the calling thread, {torch.get_num_threads()} PyTorch thread(s)")
+            print(f"median of {args.repeats} interleaved calls, {clock}, {dtype}", flush=True)
             print(f"{'draft':>7} {'target':>7} {'batch':>5} {'part':>8} {'plain ms':>9} "
                   f"{'upstr ms':>9} {'short ms':>9} {'plain/sh':>8} {'upstr/sh':>8} "
                   f"{'plain MiB':>9} {'upstr MiB':>9} {'short MiB':>9} same", flush=True)
