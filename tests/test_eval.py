@@ -222,6 +222,7 @@ def test_eval_refuses_servers_that_cannot_measure(tiny, tmp_path):
     assert "max_model_len 256" in too_long.stderr
 
 
+@requires_mla_engine()
 def test_dead_server_fails_with_its_log_tail(tiny, tmp_path):
     log = str(tmp_path / "server.log")
     with pytest.raises(serving.ServerError) as err:
@@ -236,6 +237,7 @@ def test_dead_server_fails_with_its_log_tail(tiny, tmp_path):
     assert "Application startup complete" in message  # the tail of the server's log
 
 
+@requires_mla_engine()
 def test_startup_timeout_is_an_option_and_fails_with_the_log(tiny, tmp_path):
     proc = cli("eval", "--target", os.path.join(tiny, "target"), "--draft",
                os.path.join(tiny, "draft"), "--task", TINY_TASK, "--startup-timeout", "2",
@@ -273,6 +275,7 @@ def test_offline_example_prints_acceptance(tiny):
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
     print(f"\nexamples/offline_acceptance.py: {summary}")
+    assert summary["drafts"] > 0
     assert summary["acceptance_length"] > 1 and len(summary["acceptance_by_position"]) == 3
 
 
