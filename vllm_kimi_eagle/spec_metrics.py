@@ -123,11 +123,6 @@ def has_spec_counters(scrape: Scrape) -> bool:
     return scrape.has(PREFIX + "num_drafts_total")
 
 
-def from_prometheus(text: str) -> SpecCounters:
-    """Counters from a ``/metrics`` text (all engines summed)."""
-    return spec_counters(Scrape.parse(text))
-
-
 def time_per_output_token_ms(window: Scrape) -> float | None:
     """Mean decode time per output token after each request's first, in ms (token-weighted
     over the requests that finished in ``window``, a difference of two scrapes)."""
