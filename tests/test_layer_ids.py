@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 from tests.helpers import (
-    NO_PLUGIN,
     engine,
     probe_engine_config,
     requires_mla_engine,
@@ -165,20 +164,30 @@ def test_out_of_range_ids_fail_in_create_engine_config(tmp_path):
 # ---- end to end on the tiny trained models ---------------------------------------------
 @requires_mla_engine()
 def test_output_of_copy_drafts_like_input_of_copy_through_plugin(tiny):
-    """The same draft written with output-of ids [1, 2, 4] and input-of ids [2, 3, 5]."""
+    """The same draft written with output-of ids [1, 2, 4] and input-of ids [2, 3, 5].
+
+    The "verbatim" run changes one variable: the same plugin (draft class, alias, MLA
+    detection) is told to read the ids as vLLM does (input-of), as if it did not shift.
+    """
     input_of = served(engine(tiny, "draft"))
     output_of = served(engine(tiny, "draft-output-of"))
-    verbatim = served(engine(tiny, "draft-output-of", env=NO_PLUGIN))
+    verbatim = served(engine(tiny, "draft-output-of", env={CONVENTION_ENV: "input-of"}))
+    for run in (input_of, output_of, verbatim):
+        assert run["drafts"] > 0, "no draft proposed: acceptance would compare nothing"
+    assert "vLLM will capture the inputs of layers [2, 3, 5]" in output_of["_log"]
+    assert "vLLM will capture the inputs of layers [1, 2, 4]" in verbatim["_log"]
+    assert verbatim["draft_class"] == output_of["draft_class"]
     print(
         f"\nacceptance length: input-of copy {input_of['acceptance_length']}, "
         f"output-of copy via plugin {output_of['acceptance_length']}, "
-        f"output-of copy served verbatim (VLLM_PLUGINS='') {verbatim['acceptance_length']}"
+        f"output-of copy read verbatim ({CONVENTION_ENV}=input-of) "
+        f"{verbatim['acceptance_length']}"
         f"\n  by position: {input_of['acceptance_by_position']} | "
         f"{output_of['acceptance_by_position']} | {verbatim['acceptance_by_position']}"
     )
     assert output_of["acceptance_length"] == input_of["acceptance_length"]
     assert output_of["token_ids"] == input_of["token_ids"]
-    # Served one layer off, the draft still runs but loses acceptance, silently.
+    # Read one layer off, the draft still runs but loses acceptance, silently.
     assert verbatim["acceptance_length"] < input_of["acceptance_length"] - 0.1
 
 

@@ -15,7 +15,6 @@ import sys
 from vllm_kimi_eagle import serving, tiny_corpus, tiny_models
 
 SERVER_ARGS = ["--max-model-len", "512", "--seed", "0", "--enforce-eager"]
-DEFAULT_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
 
 
 def _say(message: str) -> None:
@@ -24,8 +23,8 @@ def _say(message: str) -> None:
 
 def serve_and_ask(target: str, prompts: list[str], max_tokens: int, log: str,
                   speculative_config: dict | None, port: int) -> dict:
-    env = {k: v for k, v in DEFAULT_ENV.items() if k not in os.environ}
-    with serving.running_server(target, log, speculative_config, SERVER_ARGS, port, env) as server:
+    with serving.running_server(target, log, speculative_config, SERVER_ARGS, port,
+                                serving.default_env()) as server:
         model = server.model_name()
         serving.chat(server, model, prompts[0], 4)  # warm-up, not measured
         before = server.spec_counters()

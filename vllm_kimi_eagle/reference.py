@@ -224,18 +224,6 @@ class ReferenceDraft(nn.Module):
             outs.append((out, hidden))
         return outs
 
-    def forward_sequence(self, input_ids, target_aux, positions=None):
-        """One draft step over a sequence: (normed output, aux output), as vLLM's prefill."""
-        B, T = input_ids.shape
-        if positions is None:
-            positions = torch.arange(T).expand(B, T)
-        return self.unroll(input_ids, self.combine(target_aux), positions, steps=1)[0]
-
     def draft_logits(self, out: torch.Tensor) -> torch.Tensor:
         """Logits over the draft vocabulary."""
         return self.lm_head(out)
-
-    def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        if not self.spec.pruned_vocab:
-            return draft_ids
-        return draft_ids + self.d2t[draft_ids]

