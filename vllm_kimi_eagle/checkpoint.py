@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from vllm_kimi_eagle.draft_spec import (
     IGNORED_TENSORS,
+    LAYER,
+    LAYER_PREFIX_ALIASES,
     SHAREABLE_TENSORS,
     DraftSpec,
     canonical_name,
@@ -35,13 +37,32 @@ class TensorInfo:
     dtype: str
 
 
+# safetensors dtype names of integer tensors (d2t holds integer offsets).
+INTEGER_DTYPES = frozenset({"I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64"})
+
+
 def read_safetensors_header(path: str) -> dict[str, TensorInfo]:
     """Names, shapes and dtypes of one .safetensors file, from its header alone."""
+    size = os.path.getsize(path)
     with open(path, "rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(length))
+        prefix = f.read(8)
+        length = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else None
+        raw = f.read(length) if length is not None and length <= size - 8 else None
+    try:
+        header = json.loads(raw) if raw is not None else None
+        return header_tensors(header, path)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise CheckpointError(
+            f"{path}: not a readable safetensors file ({size} bytes; its header "
+            f"{'length' if raw is None else 'JSON'} is corrupt). The file is truncated or "
+            "was not written by safetensors: download or export it again."
+        ) from None
+
+
+def header_tensors(header: dict, path: str) -> dict[str, TensorInfo]:
+    """TensorInfo per tensor of a parsed safetensors header (``path`` names its file)."""
     return {
-        name: TensorInfo(path, tuple(meta["shape"]), meta["dtype"])
+        name: TensorInfo(path, tuple(int(d) for d in meta["shape"]), str(meta["dtype"]))
         for name, meta in header.items()
         if name != "__metadata__"
     }
@@ -80,6 +101,13 @@ def read_checkpoint(folder: str) -> dict[str, TensorInfo]:
     return tensors
 
 
+def layer_prefix(tensors: dict[str, TensorInfo]) -> str | None:
+    """The decoder-layer prefix of a checkpoint (``midlayer.`` or ``layers.0.``), if one."""
+    found = {alias for alias in (*LAYER_PREFIX_ALIASES, LAYER)
+             for name in tensors if name.startswith(alias) or name.startswith("model." + alias)}
+    return found.pop() if len(found) == 1 else None
+
+
 def fc_in_features(tensors: dict[str, TensorInfo]) -> int | None:
     """Input width of the draft's fc (captured states x target hidden), if present."""
     for name, info in tensors.items():
@@ -88,11 +116,19 @@ def fc_in_features(tensors: dict[str, TensorInfo]) -> int | None:
     return None
 
 
-def tensor_problem(spec: DraftSpec, name: str, shape: tuple[int, ...]) -> str | None:
+def tensor_problem(
+    spec: DraftSpec, name: str, shape: tuple[int, ...], dtype: str | None = None
+) -> str | None:
     """What is wrong with one checkpoint tensor, or None; the caller adds the file."""
     canonical = canonical_name(name)
     if canonical in IGNORED_TENSORS:
         return None
+    if canonical == "d2t" and dtype is not None and dtype.upper() not in INTEGER_DTYPES:
+        return (
+            f"tensor {name!r} has dtype {dtype}; d2t holds integer offsets (target id = "
+            "draft id + d2t) and a float d2t maps draft tokens to the wrong target ids. "
+            "Export d2t as int64."
+        )
     expected = expected_tensors(spec)
     if canonical not in expected:
         return (
@@ -139,7 +175,7 @@ def missing_tensors(
                     f"hidden size {target_hidden}. Add the draft's embedding."
                 )
             continue
-        if name in SHAREABLE_TENSORS:
+        if name in SHAREABLE_TENSORS or (name == "d2t" and not spec.pruned_vocab):
             continue
         problems.append(
             f"tensor {name!r} (shape {list(expected_tensors(spec)[name])}) is missing "
@@ -158,9 +194,16 @@ def check_checkpoint(
 ) -> list[str]:
     """Every problem of a checkpoint against its spec; empty when it would serve."""
     problems = []
+    if target_vocab is not None and spec.vocab_size != target_vocab:
+        problems.append(
+            f"config.json field vocab_size is {spec.vocab_size}, the target's vocabulary "
+            f"has {target_vocab} entries; a draft trained for another tokenizer proposes "
+            "wrong tokens. Use the draft made for this target, or set vocab_size to the "
+            "target's if only the field is wrong."
+        )
     seen: dict[str, str] = {}
     for name, info in sorted(tensors.items()):
-        problem = tensor_problem(spec, name, info.shape)
+        problem = tensor_problem(spec, name, info.shape, info.dtype)
         if problem:
             problems.append(f"{info.file}: {problem}")
         canonical = canonical_name(name)

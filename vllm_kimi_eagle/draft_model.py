@@ -296,6 +296,8 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
             present.add(canonical)
             if canonical == "d2t":
                 problems += self._d2t_problems(tensor, raw_name)
+                if not self.spec.pruned_vocab:
+                    continue  # the identity map of a full-vocabulary draft: nothing to load
             name, shard = self._param_for(canonical, params)
             param = params[name]
             weight_loader = getattr(param, "weight_loader", default_weight_loader)
@@ -324,6 +326,20 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         return set(params)
 
     def _d2t_problems(self, d2t: torch.Tensor, raw_name: str) -> list[str]:
+        if d2t.is_floating_point():
+            return [
+                f"{self._where(raw_name)}: tensor {raw_name!r} has dtype {d2t.dtype}; d2t "
+                "holds integer offsets (target id = draft id + d2t). Export it as int64."
+            ]
+        if not self.spec.pruned_vocab and bool(d2t.ne(0).any()):
+            first = int(d2t.ne(0).nonzero()[0])
+            return [
+                f"{self._where(raw_name)}: tensor {raw_name!r} maps draft id {first} to "
+                f"target id {first + int(d2t[first])}, but config.json says "
+                f"draft_vocab_size == vocab_size ({self.spec.vocab_size}), where d2t can only "
+                "be the identity (all zeros). Set draft_vocab_size to the draft's vocabulary, "
+                "or drop d2t."
+            ]
         targets = torch.arange(d2t.numel()) + d2t.to("cpu", torch.long)
         bad = (targets < 0) | (targets >= self.target_vocab_size)
         if bool(bad.any()):

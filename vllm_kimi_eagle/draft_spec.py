@@ -16,7 +16,7 @@ LAYER = "layers.0."
 LAYER_PREFIX_ALIASES = {"midlayer.": LAYER}
 # Some exports put everything but lm_head/d2t/t2d under `model.`.
 STRIPPED_PREFIXES = ("model.",)
-# Tensors present in checkpoints but unused at inference.
+# Tensors present in checkpoints but unused at inference (t2d: the inverse map of d2t).
 IGNORED_TENSORS = frozenset({"t2d"})
 # Tensors a draft may leave out: it then shares the target's.
 SHAREABLE_TENSORS = frozenset({"embed_tokens.weight", "lm_head.weight"})
@@ -136,8 +136,9 @@ def expected_tensors(spec: DraftSpec) -> dict[str, tuple[int, ...]]:
     if spec.fc_norm:
         for i in range(spec.num_aux):
             tensors[f"fc_norm.{i}.weight"] = (th,)
-    if spec.pruned_vocab:
-        tensors["d2t"] = (spec.draft_vocab_size,)
+    # d2t: required with a pruned vocabulary; a full-vocabulary draft may carry the
+    # identity (all zeros), as TorchSpec and SpecForge write it. Values are checked at load.
+    tensors["d2t"] = (spec.draft_vocab_size,)
     return tensors
 
 
