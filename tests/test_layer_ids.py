@@ -77,8 +77,7 @@ def test_log_line_says_what_was_decided():
 @pytest.mark.parametrize(
     "config, kwargs, words",
     [
-        (nested([2, 2, 58]), {}, ["strictly increasing", "[2, 2, 58]"]),
-        (nested([30, 2, 58]), {}, ["strictly increasing"]),
+        (nested([2, 2, 58]), {}, ["more than once", "[2, 2, 58]"]),
         (nested([2, 30, 70]), {}, ["61 layers", "[70]", CONVENTION_ENV]),
         (nested([2, 30, 61]), {"can_capture_after_last": False}, ["0.25.1", "[61]"]),
         (nested([2, 30, 58]), {"fc_in_features": 4 * 7168, "target_hidden_size": 7168},
@@ -87,7 +86,7 @@ def test_log_line_says_what_was_decided():
          ["2 captured states", "vLLM default"]),
         (nested([2, 30, 58], **{CONVENTION_KEY: "middle"}), {}, ["'middle'", "output-of"]),
     ],
-    ids=["duplicate", "unordered", "out-of-range", "after-last-too-old", "fc-width",
+    ids=["duplicate", "out-of-range", "after-last-too-old", "fc-width",
          "fc-width-default", "bad-convention"],
 )
 def test_validation_errors_name_ids_layers_and_fix(config, kwargs, words):
@@ -237,3 +236,97 @@ def test_inspect_lists_problems_and_exits_nonzero(tiny, tmp_path):
     problems = json.loads(proc.stdout)["problems"]
     assert any("[2, 3, 9]" in p and "6 layers" in p for p in problems), problems
     assert any("'fc_norm.0.weight'" in p and "missing" in p for p in problems), problems
+
+
+# ---- issue 10: ids as each training tool meant them (pure decision) -------------------
+MODELOPT = {"next_layer_regular": True, "parallel_draft_step": 1}  # its eagle_config keys
+TORCHSPEC = {"_torchspec_version": "0.1.0", "model_type": "kimi_k2"}
+
+
+@pytest.mark.parametrize(
+    "config, prefix, tool, convention, capture",
+    [
+        # Model-Optimizer: output-of whatever the first id; a set in layer order.
+        ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], **MODELOPT}},
+         None, "Model-Optimizer", "output-of", [3, 31, 59]),
+        ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [57, 1, 29], **MODELOPT}},
+         None, "Model-Optimizer", "output-of", [2, 30, 58]),
+        # SpecForge's MLA draft class name.
+        ({"architectures": ["DeepseekV3ForCausalLMEagle3"], **nested([3, 29, 57])},
+         None, "SpecForge", "output-of", [4, 30, 58]),
+        # TorchSpec: native (midlayer.) keeps the trained ids; --vllm adds 1 for kimi_k2.
+        ({**TORCHSPEC, **nested([3, 29, 57])}, "midlayer.", "TorchSpec (native export)",
+         "output-of", [4, 30, 58]),
+        ({**TORCHSPEC, **nested([4, 30, 58])}, "layers.0.",
+         "TorchSpec (--vllm export, kimi_k2)", "input-of", [4, 30, 58]),
+        ({**TORCHSPEC, "model_type": "deepseek_v3", **nested([3, 29, 57])}, "layers.0.",
+         "TorchSpec (--vllm export)", "output-of", [4, 30, 58]),
+    ],
+    ids=["modelopt", "modelopt-unordered", "specforge", "torchspec-native",
+         "torchspec-vllm-kimi", "torchspec-vllm-deepseek"],
+)
+def test_training_tool_fingerprint_decides(config, prefix, tool, convention, capture):
+    decision = resolve_layer_ids(config, KIMI_LAYERS, layer_prefix=prefix, environ={})
+    assert (decision.rule, decision.tool) == ("tool", tool)
+    assert (decision.convention, decision.capture_ids) == (convention, capture)
+    assert not decision.ambiguous
+    assert tool in decision.log_line()
+
+
+def test_kimi_default_through_a_python_set_is_read_in_layer_order():
+    ids = list({1, 63 // 2 - 1, 63 - 4})  # Model-Optimizer's default for 63 layers
+    assert ids != sorted(ids)  # what Python returns here: [1, 59, 30]
+    config = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, **MODELOPT}}
+    decision = resolve_layer_ids(config, 63, environ={})
+    assert decision.capture_ids == [2, 31, 60] and decision.written == [1, 30, 59]
+    assert decision.reordered_from == ids and "(a set: [1, 30, 59])" in decision.log_line()
+
+
+def test_explicit_setting_beats_a_tool_fingerprint():
+    config = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], **MODELOPT}}
+    decision = resolve_layer_ids(config, KIMI_LAYERS, environ={CONVENTION_ENV: "input-of"})
+    assert (decision.rule, decision.capture_ids) == ("explicit", [2, 30, 58])
+
+
+@pytest.mark.parametrize(
+    "config, capture, other, words",
+    [
+        # No fingerprint, ids that are neither default: sglang's reading, flagged.
+        (nested([3, 29, 57]), [3, 29, 57], [4, 30, 58], []),
+        (nested([1, 20, 40]), [2, 21, 41], [1, 20, 40], []),
+        # TorchSpec config, tensor names unknown: its two exports disagree.
+        ({**TORCHSPEC, **nested([3, 29, 57])}, [3, 29, 57], [4, 30, 58],
+         ["TorchSpec", "midlayer. or layers.0."]),
+        # Model-Optimizer never writes top-level ids: somebody else put these there.
+        ({"eagle_aux_hidden_state_layer_ids": [3, 29, 57],
+          "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 28, 56], **MODELOPT}},
+         [3, 29, 57], [4, 30, 58], ["never writes ids at the top-level"]),
+    ],
+    ids=["no-fingerprint-input-of", "no-fingerprint-output-of", "torchspec-layout-unknown",
+         "modelopt-top-level"],
+)
+def test_two_plausible_readings_are_ambiguous(config, capture, other, words):
+    decision = resolve_layer_ids(config, KIMI_LAYERS, environ={})
+    assert decision.rule == "sglang-heuristic"
+    assert decision.capture_ids == capture and decision.ambiguous_with == other
+    line = decision.log_line()
+    assert "AMBIGUOUS" in line and str(other) in line and CONVENTION_KEY in line
+    for word in words:
+        assert word in decision.reason, decision.reason
+
+
+@pytest.mark.parametrize(
+    "ids, capture", [([2, 30, 58], [2, 30, 58]), ([1, 29, 57], [2, 30, 58])],
+    ids=["lightseekorg-published", "tools-default"],
+)
+def test_published_and_default_ids_are_not_ambiguous(ids, capture):
+    """kimi-k2.5-eagle3-mla's nested [2, 30, 58] stays input-of, as sglang reads it."""
+    decision = resolve_layer_ids(nested(ids), KIMI_LAYERS, environ={})
+    assert decision.capture_ids == capture and not decision.ambiguous
+
+
+def test_other_reading_out_of_range_is_not_ambiguous():
+    # Output-of [4, 30, 60] would capture layer 61, past the last capturable one here.
+    decision = resolve_layer_ids(nested([4, 30, 60]), KIMI_LAYERS, environ={},
+                                 can_capture_after_last=False)
+    assert decision.capture_ids == [4, 30, 60] and not decision.ambiguous

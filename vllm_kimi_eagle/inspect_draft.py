@@ -19,7 +19,7 @@ from vllm_kimi_eagle.draft_spec import (
     canonical_name,
     spec_from_config,
 )
-from vllm_kimi_eagle.layer_ids import LayerIdError, resolve_layer_ids, written_ids
+from vllm_kimi_eagle.layer_ids import SETTLE, LayerIdError, resolve_layer_ids, written_ids
 
 MLA_FIELDS = ("hidden_size", "num_attention_heads", "q_lora_rank", "kv_lora_rank",
               "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "intermediate_size")
@@ -106,13 +106,18 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ) -> 
             layers,
             can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
             fc_in_features=checkpoint.fc_in_features(tensors),
+            layer_prefix=checkpoint.layer_prefix(tensors),
             target_hidden_size=hidden or config.get("target_hidden_size")
             or config.get("hidden_size"),
             environ=environ,
         )
         report["convention"] = decision.convention
         report["convention_reason"] = decision.reason
+        report["convention_rule"] = decision.rule
+        report["training_tool"] = decision.tool
         report["capture_ids"] = decision.capture_ids
+        report["ambiguous"] = decision.ambiguous
+        report["ambiguous_capture_ids"] = decision.ambiguous_with
         report["decision"] = decision.log_line()
     except LayerIdError as err:
         report["convention"] = None
@@ -144,8 +149,15 @@ def format_report(report: dict) -> str:
                  + (f", {target['num_hidden_layers']} layers" if target["num_hidden_layers"] else ""))
     lines.append(f"layer ids     {report['layer_ids']} ({report['layer_ids_source']})")
     if report.get("convention"):
-        lines.append(f"convention    {report['convention']} ({report['convention_reason']})")
+        lines.append(f"trained with  {report['training_tool'] or 'unknown (no tool fingerprint)'}")
+        lines.append(f"convention    {report['convention']} by rule {report['convention_rule']}"
+                     f" ({report['convention_reason']})")
         lines.append(f"vLLM captures {report['capture_ids']}")
+        if report["ambiguous"]:
+            other = "input-of" if report["convention"] == "output-of" else "output-of"
+            lines.append(
+                f"AMBIGUOUS     read as {other}, vLLM would capture "
+                f"{report['ambiguous_capture_ids']} instead; to settle it, {SETTLE}")
     if report["problems"]:
         lines.append(f"PROBLEMS ({len(report['problems'])}):")
         lines += [f"  - {p}" for p in report["problems"]]

@@ -7,15 +7,26 @@ tensors). A draft exported without the +1 is served one layer off with no error,
 lower acceptance. :func:`resolve_layer_ids` decides, as a pure function; the hook in
 ``speculative_hook.py`` writes the answer where every vLLM runner reads it.
 
-Precedence: an explicit convention (environment variable, then the draft config's
-``eagle_aux_hidden_state_layer_ids_convention``), then sglang's heuristic (first id == 1
-means output-of-layer), then vLLM's default when the draft names no ids.
+Precedence:
+
+1. an explicit convention: the environment variable, then the draft config's
+   ``eagle_aux_hidden_state_layer_ids_convention``;
+2. the training tool that wrote the config, recognised by its fingerprint
+   (:data:`TOOL_EXPORTS`, one row per tool and export, each citing the tool's source);
+3. sglang's heuristic (#25454): a first id of 1 means output-of, any other input-of;
+4. vLLM's default ids when the draft names none.
+
+Ids are a set in layer order (vLLM and Model-Optimizer both collect the captured layers
+in layer order, whatever the order of the list); a duplicate is an error because it
+changes the width of the draft's ``fc``. Where two readings stay plausible (no
+fingerprint, ids that are neither tool's default), the decision says so: it is
+``ambiguous`` and carries the other reading's capture list.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
@@ -26,30 +37,17 @@ INPUT_OF = "input-of"
 CONVENTIONS = (OUTPUT_OF, INPUT_OF)
 # How each convention maps a written id to the id vLLM captures (input of layer N).
 TO_CAPTURE_ID = {OUTPUT_OF: 1, INPUT_OF: 0}
+OTHER = {OUTPUT_OF: INPUT_OF, INPUT_OF: OUTPUT_OF}
+# Where ids can be written: the top level (read first by vLLM) or inside eagle_config.
+TOP, NESTED = "top-level", "eagle_config"
+SETTLE = (
+    f'add "{CONVENTION_KEY}": "output-of" or "input-of" to the draft\'s config.json '
+    f"(or set {CONVENTION_ENV})"
+)
 
 
 class LayerIdError(ValueError):
     """Layer ids that would make vLLM capture layers the draft was not trained on."""
-
-
-@dataclass(frozen=True)
-class LayerIdDecision:
-    written: list[int] | None  # ids as found in the draft config
-    source: str  # where they were found
-    convention: str  # OUTPUT_OF, INPUT_OF, or "vllm-default"
-    capture_ids: list[int] | None  # ids vLLM must capture; None: its default, target unknown
-    reason: str  # why this convention
-
-    def log_line(self) -> str:
-        if self.written is None:
-            return (
-                f"draft names no layer ids; vLLM will capture its default, the inputs of "
-                f"layers {self.capture_ids or '(2, L//2, L-3)'}"
-            )
-        return (
-            f"draft ids {self.written} ({self.source}) read as {self.convention}-layer "
-            f"({self.reason}); vLLM will capture the inputs of layers {self.capture_ids}"
-        )
 
 
 def _get(config, key, default=None):
@@ -58,9 +56,150 @@ def _get(config, key, default=None):
     return getattr(config, key, default)
 
 
+def _eagle_config(config) -> Mapping:
+    nested = _get(config, "eagle_config") or {}
+    return nested if isinstance(nested, Mapping) else {}
+
+
+# ---- the training tools, as data ---------------------------------------------------------
+def _modelopt_marker(config) -> bool:
+    return any(k in _eagle_config(config) for k in
+               ("next_layer_regular", "parallel_draft_step", "parallel_draft_heads_num_layers"))
+
+
+def _specforge_marker(config) -> bool:
+    return "DeepseekV3ForCausalLMEagle3" in (_get(config, "architectures") or ())
+
+
+def _torchspec_marker(config) -> bool:
+    return _get(config, "_torchspec_version") is not None
+
+
+@dataclass(frozen=True)
+class ToolExport:
+    """One way a training tool writes a draft, and what its layer ids mean there."""
+
+    tool: str
+    marker: str  # the fingerprint, in words
+    source: str  # where the facts were read
+    matches: Callable[[object], bool]  # the fingerprint on the config
+    ids_at: tuple[str, ...]  # where this export writes ids (TOP, NESTED)
+    convention: str
+    layer_prefix: str | None = None  # the tensor prefix this export writes; None: any
+    model_types: frozenset | None = None  # draft model_types this row covers; None: any
+    not_model_types: frozenset = frozenset()
+
+
+TOOL_EXPORTS = (
+    ToolExport(
+        "Model-Optimizer", "eagle_config holds next_layer_regular/parallel_draft_step",
+        "NVIDIA/Model-Optimizer modelopt/torch/export/plugins/hf_spec_export.py "
+        "(kimik2_eagle_template_config) and modelopt/torch/speculative/plugins/"
+        "transformers.py (forward hook on each listed decoder layer's output, in layer "
+        "order)",
+        _modelopt_marker, (NESTED,), OUTPUT_OF,
+    ),
+    ToolExport(
+        "SpecForge", "architecture DeepseekV3ForCausalLMEagle3",
+        "sgl-project/SpecForge specforge/modeling/draft/deepseek_eagle3.py and "
+        "scripts/train_eagle3.py (save_pretrained; target hooks on layer outputs)",
+        _specforge_marker, (NESTED,), OUTPUT_OF,
+    ),
+    ToolExport(
+        "TorchSpec (native export)", "_torchspec_version and midlayer. tensors",
+        "lightseekorg/TorchSpec tools/convert_to_hf.py (without --vllm: ids as trained, "
+        "output-of)",
+        _torchspec_marker, (TOP, NESTED), OUTPUT_OF, layer_prefix="midlayer.",
+    ),
+    ToolExport(
+        "TorchSpec (--vllm export, kimi_k2)", "_torchspec_version and layers.0. tensors",
+        "lightseekorg/TorchSpec tools/convert_to_hf.py _fixup_export_config (adds 1 to "
+        "every id list for model_type kimi_k2)",
+        _torchspec_marker, (TOP, NESTED), INPUT_OF, layer_prefix="layers.0.",
+        model_types=frozenset({"kimi_k2"}),
+    ),
+    ToolExport(
+        "TorchSpec (--vllm export)", "_torchspec_version and layers.0. tensors",
+        "lightseekorg/TorchSpec tools/convert_to_hf.py _fixup_export_config (adds 1 only "
+        "for model_type kimi_k2; other model types keep the trained output-of ids)",
+        _torchspec_marker, (TOP, NESTED), OUTPUT_OF, layer_prefix="layers.0.",
+        not_model_types=frozenset({"kimi_k2"}),
+    ),
+)
+
+
+def _model_type_fits(row: ToolExport, model_type) -> bool:
+    if row.model_types is not None and model_type not in row.model_types:
+        return False
+    return model_type not in row.not_model_types
+
+
+def draft_model_type(draft_config):
+    """The draft's own model_type (inside vLLM's ``eagle`` wrapper config, if wrapped)."""
+    model_type = _get(draft_config, "model_type")
+    inner = _get(draft_config, "model") if model_type == "eagle" else None
+    return _get(inner, "model_type", model_type) if inner is not None else model_type
+
+
+def tool_readings(draft_config, layer_prefix: str | None) -> list[ToolExport]:
+    """The tool exports this config can be; several when the tensor layout is unknown."""
+    model_type = draft_model_type(draft_config)
+    rows = [r for r in TOOL_EXPORTS if r.matches(draft_config) and _model_type_fits(r, model_type)]
+    if layer_prefix is None:
+        return rows
+    return [r for r in rows if r.layer_prefix in (None, layer_prefix)]
+
+
+# ---- the decision ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LayerIdDecision:
+    written: list[int] | None  # ids as found in the draft config (a set, in layer order)
+    source: str  # where they were found
+    convention: str  # OUTPUT_OF, INPUT_OF, or "vllm-default"
+    capture_ids: list[int] | None  # ids vLLM must capture; None: its default, target unknown
+    reason: str  # why this convention
+    rule: str = "vllm-default"  # "explicit", "tool", "sglang-heuristic" or "vllm-default"
+    tool: str | None = None  # the training tool recognised, if any
+    ambiguous_with: list[int] | None = None  # the other plausible capture list
+    reordered_from: list[int] | None = None  # the ids as written, when not in layer order
+
+    @property
+    def ambiguous(self) -> bool:
+        return self.ambiguous_with is not None
+
+    def log_line(self) -> str:
+        if self.written is None:
+            return (
+                f"draft names no layer ids; vLLM will capture its default, the inputs of "
+                f"layers {self.capture_ids or '(2, L//2, L-3)'}"
+            )
+        written = self.written
+        if self.reordered_from is not None:
+            written = f"{self.reordered_from} (a set: {self.written})"
+        line = (
+            f"draft ids {written} ({self.source}) read as {self.convention}-layer "
+            f"({self.reason}); vLLM will capture the inputs of layers {self.capture_ids}"
+        )
+        if self.ambiguous:
+            other = OTHER[self.convention]
+            line += (
+                f". AMBIGUOUS: read as {other}-layer they would capture "
+                f"{self.ambiguous_with}; if the draft was trained on those, add "
+                f'"{CONVENTION_KEY}": "{other}" to its config.json (or set '
+                f"{CONVENTION_ENV}={other}); to keep this reading without this warning, "
+                f'"{CONVENTION_KEY}": "{self.convention}"'
+            )
+        return line
+
+
 def vllm_default_ids(num_layers: int) -> list[int]:
     """vLLM's default EAGLE3 capture ids (2, L//2, L-3)."""
     return [2, num_layers // 2, num_layers - 3]
+
+
+def tools_default_ids(num_layers: int) -> list[int]:
+    """The training tools' default ids, output-of (1, L//2-1, L-4), as a set in order."""
+    return sorted({1, num_layers // 2 - 1, num_layers - 4})
 
 
 def written_ids(draft_config) -> tuple[list[int] | None, str]:
@@ -68,7 +207,7 @@ def written_ids(draft_config) -> tuple[list[int] | None, str]:
     ids = _get(draft_config, IDS_KEY)
     if ids:
         return [int(i) for i in ids], IDS_KEY
-    nested = _get(_get(draft_config, "eagle_config") or {}, IDS_KEY)
+    nested = _eagle_config(draft_config).get(IDS_KEY)
     if nested:
         return [int(i) for i in nested], f"eagle_config.{IDS_KEY}"
     return None, "none"
@@ -79,7 +218,7 @@ def explicit_convention(draft_config, environ=os.environ) -> tuple[str | None, s
     candidates = (
         (environ.get(CONVENTION_ENV), f"environment variable {CONVENTION_ENV}"),
         (_get(draft_config, CONVENTION_KEY), f"config.json {CONVENTION_KEY}"),
-        (_get(_get(draft_config, "eagle_config") or {}, CONVENTION_KEY),
+        (_eagle_config(draft_config).get(CONVENTION_KEY),
          f"config.json eagle_config.{CONVENTION_KEY}"),
     )
     for value, who in candidates:
@@ -103,52 +242,100 @@ def resolve_layer_ids(
     can_capture_after_last: bool = True,
     fc_in_features: int | None = None,
     target_hidden_size: int | None = None,
+    layer_prefix: str | None = None,
     environ=os.environ,
 ) -> LayerIdDecision:
     """Decide and validate the ids vLLM must capture for this draft and target.
 
-    ``num_target_layers`` None (target unknown) skips the range check.
+    ``num_target_layers`` None (target unknown) skips the range check. ``layer_prefix``
+    is the checkpoint's decoder-layer tensor prefix (``midlayer.`` or ``layers.0.``)
+    when its headers could be read; it tells TorchSpec's two exports apart.
     """
-    written, source = written_ids(draft_config)
-    if written is None:
+    as_written, source = written_ids(draft_config)
+    if as_written is None:
         default = vllm_default_ids(num_target_layers) if num_target_layers else None
         decision = LayerIdDecision(
             None, source, "vllm-default", default, "the draft config names no ids"
         )
     else:
-        _check_order(written, source)
-        convention, who = explicit_convention(draft_config, environ)
-        if convention:
-            reason = f"set by {who}"
-        elif written[0] == 1:
-            convention, reason = OUTPUT_OF, "first id is 1, the training tools' convention"
-        else:
-            convention, reason = INPUT_OF, "first id is not 1, vLLM's convention"
-        shift = TO_CAPTURE_ID[convention]
+        written = _as_set_in_layer_order(as_written, source)
+        convention, reason, rule, tool, ambiguous = _convention(
+            draft_config, written, source, num_target_layers, layer_prefix, environ
+        )
+        other = _capture(written, OTHER[convention])
+        if ambiguous and not _in_range(other, num_target_layers, can_capture_after_last):
+            ambiguous = False  # the other reading names layers the target does not have
         decision = LayerIdDecision(
-            written, source, convention, [i + shift for i in written], reason
+            written, source, convention, _capture(written, convention), reason, rule, tool,
+            other if ambiguous else None,
+            as_written if as_written != written else None,
         )
     _check_range(decision, num_target_layers, can_capture_after_last)
     _check_count(decision, fc_in_features, target_hidden_size)
     return decision
 
 
-def _check_order(ids: list[int], source: str) -> None:
-    if any(b <= a for a, b in zip(ids, ids[1:])):
+def _capture(written: list[int], convention: str) -> list[int]:
+    return [i + TO_CAPTURE_ID[convention] for i in written]
+
+
+def _convention(config, written, source, layers, layer_prefix, environ):
+    """(convention, reason, rule, tool, ambiguous) for ids that are present."""
+    convention, who = explicit_convention(config, environ)
+    if convention:
+        return convention, f"set by {who}", "explicit", None, False
+    place = TOP if source == IDS_KEY else NESTED
+    readings = tool_readings(config, layer_prefix)
+    covering = [r for r in readings if place in r.ids_at]
+    conventions = {r.convention for r in covering}
+    if covering and len(conventions) == 1:
+        row = covering[0]
+        tool = row.tool if len(covering) == 1 else row.tool.split(" (")[0]
+        return (row.convention, f"written by {tool}: {row.marker}", "tool", tool, False)
+    # No single tool reading: sglang's heuristic, with a note on why no tool decided.
+    convention = OUTPUT_OF if written[0] == 1 else INPUT_OF
+    reason = ("first id is 1, the training tools' convention" if convention == OUTPUT_OF
+              else "first id is not 1, vLLM's convention")
+    tool = None
+    if len(conventions) > 1:
+        tool = covering[0].tool.split(" (")[0]
+        reason += (f"; {tool} wrote this config, but its exports differ in convention and "
+                   "the checkpoint's tensor names (midlayer. or layers.0.) were not read")
+    elif readings:
+        tool = readings[0].tool
+        reason += f"; {tool} wrote this config but never writes ids at the {place}"
+    if layers and written == tools_default_ids(layers):
+        reason += "; they are the training tools' default ids (1, L//2-1, L-4)"
+    elif layers and written == vllm_default_ids(layers):
+        reason += "; they are vLLM's default ids (2, L//2, L-3)"
+    known_default = bool(layers) and written in (tools_default_ids(layers),
+                                                  vllm_default_ids(layers))
+    return convention, reason, "sglang-heuristic", tool, not known_default
+
+
+def _as_set_in_layer_order(ids: list[int], source: str) -> list[int]:
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
         raise LayerIdError(
-            f"draft config {source} = {ids}: layer ids must be strictly increasing "
-            "without duplicates (each names one captured target layer, in the order the "
-            "draft's fc expects them). Fix the list in the draft's config.json."
+            f"draft config {source} = {ids}: id(s) {duplicates} appear more than once; each "
+            "id names one captured target layer and the draft's fc takes one state per id. "
+            "Fix the list in the draft's config.json."
         )
+    return sorted(ids)
+
+
+def _in_range(capture: list[int], layers: int | None, can_capture_after_last: bool) -> bool:
+    if layers is None:
+        return True
+    highest = layers if can_capture_after_last else layers - 1
+    return all(0 <= i <= highest for i in capture)
 
 
 def _check_range(decision: LayerIdDecision, layers: int | None, can_capture_after_last: bool) -> None:
-    if layers is None:
+    if layers is None or _in_range(decision.capture_ids, layers, can_capture_after_last):
         return
     highest = layers if can_capture_after_last else layers - 1
     bad = [i for i in decision.capture_ids if i < 0 or i > highest]
-    if not bad:
-        return
     hint = ""
     if not can_capture_after_last and layers in bad:
         hint = (
@@ -156,10 +343,11 @@ def _check_range(decision: LayerIdDecision, layers: int | None, can_capture_afte
         )
     raise LayerIdError(
         f"draft ids {decision.written} ({decision.source}), read as {decision.convention}-"
-        f"layer, mean capturing the inputs of layers {decision.capture_ids}, but the "
-        f"target has {layers} layers (valid: 0..{highest}); {bad} is out of range.{hint} "
-        f"Check that the draft belongs to this target, or state the convention with "
-        f"{CONVENTION_ENV}=output-of|input-of or {CONVENTION_KEY} in the draft's config.json."
+        f"layer ({decision.reason}), mean capturing the inputs of layers "
+        f"{decision.capture_ids}, but the target has {layers} layers (valid: 0..{highest}); "
+        f"{bad} is out of range.{hint} Check that the draft belongs to this target, or "
+        f"state the convention with {CONVENTION_ENV}=output-of|input-of or {CONVENTION_KEY} "
+        "in the draft's config.json."
     )
 
 
@@ -175,3 +363,4 @@ def _check_count(decision: LayerIdDecision, fc_in: int | None, hidden: int | Non
             f" {decision.capture_ids or '(2, L//2, L-3)'}). Give as many ids in {IDS_KEY} as "
             "the draft was trained with."
         )
+
