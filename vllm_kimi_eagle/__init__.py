@@ -30,6 +30,9 @@ DRAFT_CHOICES = ("plugin", "upstream")
 # Draft architectures served by this plugin, and the class that serves them.
 DRAFT_CLASS = "vllm_kimi_eagle.draft_model:Eagle3DeepseekV2ForCausalLM"
 DRAFT_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
+# MLA draft architectures that only a training tool writes and vLLM has no class for:
+# SpecForge's (specforge/modeling/draft/deepseek_eagle3.py). Served by the same class.
+TOOL_DRAFT_ARCHITECTURES = ("DeepseekV3ForCausalLMEagle3",)
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 _registered = False
@@ -73,6 +76,9 @@ def register() -> None:
     install_mla_detection()
     install_speculative_hook(ours=ours)
     if ours:
-        for architecture in DRAFT_ARCHITECTURES:
+        from vllm_kimi_eagle.draft_config_override import install_draft_config_override
+
+        install_draft_config_override()
+        for architecture in DRAFT_ARCHITECTURES + TOOL_DRAFT_ARCHITECTURES:
             ModelRegistry.register_model(architecture, DRAFT_CLASS)
     _registered = True

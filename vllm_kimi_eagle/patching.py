@@ -44,6 +44,10 @@ def wrap_method(
     setattr(wrapper, _MARK, True)
     wrapper.__wrapped__ = original
     wrapper.__name__ = getattr(original, "__name__", method)
+    # Pickled by reference (vLLM ships draft hf_overrides to engine processes): the
+    # wrapper must be found where the original was.
+    wrapper.__qualname__ = getattr(original, "__qualname__", method)
+    wrapper.__module__ = getattr(original, "__module__", module_name)
     wrapper.__doc__ = original.__doc__
     setattr(owner, method, wrapper)
     return True

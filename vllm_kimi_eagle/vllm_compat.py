@@ -81,6 +81,10 @@ MLA_CHECK = (
 )
 CONFIG_REGISTRY = ("vllm.transformers_utils.config", "_CONFIG_REGISTRY")
 SPECULATIVE_CONFIG = ("vllm.config.speculative", "SpeculativeConfig")
+# The static method of SPECULATIVE_CONFIG that rewrites a draft's hf_config (turns
+# deepseek_v3 configs into DeepSeek MTP); read in 0.28-0.33, always called through the
+# class (so a plain function may replace it).
+DRAFT_CONFIG_OVERRIDE = "hf_config_override"
 # vLLM's EAGLE3 proposer asserts that the draft is an instance of one of its own classes
 # (llm_base_proposer.py, `assert isinstance(model, (Eagle3LlamaForCausalLM,
 # Eagle3DeepseekV2ForCausalLM, ...))`, 0.28-0.33); a plain class cannot pass it, so ours

@@ -1,0 +1,41 @@
+"""Keep SpecForge's MLA EAGLE3 drafts EAGLE3 drafts when vLLM reads their config.
+
+SpecForge saves its MLA draft (``DeepseekV3ForCausalLMEagle3``) on a DeepseekV3Config,
+so its config.json says ``model_type: deepseek_v3``. vLLM's draft-config override
+(``SpeculativeConfig.hf_config_override``) turns every deepseek_v3 draft config into a
+DeepSeek MTP one (model_type ``deepseek_mtp``, architecture ``DeepSeekMTPModel``),
+whatever the speculative method, so such a draft fails with "architectures
+['Eagle3DeepSeekMTPModel'] are not supported". We leave configs whose architecture is
+SpecForge's EAGLE3 class untouched; every other config gets vLLM's own override.
+"""
+
+from __future__ import annotations
+
+from vllm_kimi_eagle import TOOL_DRAFT_ARCHITECTURES, vllm_compat
+from vllm_kimi_eagle.patching import wrap_method
+
+
+def is_eagle3_draft_config(hf_config) -> bool:
+    """A draft config in a training tool's EAGLE3 architecture that vLLM must not rewrite."""
+    architectures = getattr(hf_config, "architectures", None) or ()
+    return bool(set(TOOL_DRAFT_ARCHITECTURES) & set(architectures))
+
+
+def install_draft_config_override() -> bool:
+    """Wrap vLLM's draft-config override so SpecForge MLA drafts stay EAGLE3 (idempotent)."""
+
+    def make_wrapper(original):
+        def hf_config_override(hf_config):
+            if is_eagle3_draft_config(hf_config):
+                return hf_config
+            return original(hf_config)
+
+        return hf_config_override
+
+    return wrap_method(
+        vllm_compat.SPECULATIVE_CONFIG,
+        vllm_compat.DRAFT_CONFIG_OVERRIDE,
+        make_wrapper,
+        "SpecForge MLA drafts (DeepseekV3ForCausalLMEagle3) are read as DeepSeek MTP and "
+        "fail to load.",
+    )
