@@ -6,20 +6,29 @@ vLLM has read and wrapped the draft's config, before an engine starts or a weigh
 1. the draft's layer ids are resolved (``layer_ids.py``) and written to the draft
    config's top-level ``eagle_aux_hidden_state_layer_ids``, the one place every vLLM
    runner reads, so the engine captures the layers the draft was trained on;
-2. with the plugin's draft class, a local checkpoint is checked against its config and
-   every problem is listed (the class checks again while loading, for hub drafts), and
-   vLLM's proposer is told to use the class's greedy shortcut (``get_top_tokens``)
-   unless the user set the switch or vLLM rejects it (``shortcut_policy.py``).
+2. with the plugin's draft class, the checkpoint (local folder, HF cache or hub
+   metadata: headers only) is checked against its config and every problem is listed
+   (the class checks again while loading), and vLLM's proposer is told to use the
+   class's greedy shortcut (``get_top_tokens``) unless the user set the switch or vLLM
+   rejects it (``shortcut_policy.py``).
 """
 
 from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import logging
 import os
 
-from vllm_kimi_eagle import DRAFT_ARCHITECTURES, checkpoint, shortcut_policy, vllm_compat
+from vllm_kimi_eagle import (
+    DRAFT_ARCHITECTURES,
+    TOOL_DRAFT_ARCHITECTURES,
+    checkpoint,
+    shortcut_policy,
+    vllm_compat,
+)
+from vllm_kimi_eagle.draft_source import DraftHeaders, draft_headers
 from vllm_kimi_eagle.draft_spec import spec_from_config
 from vllm_kimi_eagle.layer_ids import explicit_convention, resolve_layer_ids
 from vllm_kimi_eagle.patching import wrap_method
@@ -36,30 +45,25 @@ RESOLVED_MARK = "vllm_kimi_eagle_layer_ids"
 _USER_GIVEN: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar(
     "vllm_kimi_eagle_user_given", default=None
 )
-PLUGIN_DRAFT_ARCHITECTURES = frozenset(DRAFT_ARCHITECTURES)
+PLUGIN_DRAFT_ARCHITECTURES = frozenset(DRAFT_ARCHITECTURES + TOOL_DRAFT_ARCHITECTURES)
 
 
-def draft_problems(
-    draft_folder: str, draft_config, target_vocab: int, target_hidden: int
-) -> list[str]:
-    """Every problem of a local draft checkpoint against its (wrapped) config."""
-    source = os.path.join(draft_folder, "config.json")
-    spec = spec_from_config(draft_config, source=source)
-    tensors = checkpoint.read_checkpoint(draft_folder)
+def tensor_problems(draft: str, draft_config, tensors, target_vocab, target_hidden) -> list[str]:
+    """Every problem of a draft's tensors (from headers) against its (wrapped) config."""
+    spec = spec_from_config(draft_config, source=os.path.join(draft, "config.json"))
     return checkpoint.check_checkpoint(
         spec, tensors, target_vocab=target_vocab, target_hidden=target_hidden
     )
 
 
-def _local_checkpoint(draft) -> bool:
-    return os.path.isdir(draft.model) and bool(checkpoint.checkpoint_files(draft.model))
+@functools.lru_cache(maxsize=8)
+def _cached_headers(model: str, revision: str | None) -> DraftHeaders:
+    return draft_headers(model, revision)
 
 
-def fc_in_features(draft) -> int | None:
-    """Input width of the draft's fc from a local checkpoint's headers, if readable."""
-    if not _local_checkpoint(draft):
-        return None
-    return checkpoint.fc_in_features(checkpoint.read_checkpoint(draft.model))
+def _headers(draft) -> DraftHeaders:
+    """The draft's safetensors headers, read once per process and draft."""
+    return _cached_headers(draft.model, getattr(draft, "revision", None))
 
 
 def apply_layer_ids(spec_config) -> None:
@@ -72,35 +76,49 @@ def apply_layer_ids(spec_config) -> None:
     asked, _ = explicit_convention(hf_config)
     if target_type not in KIMI_DEEPSEEK_TARGETS and not asked:
         return
+    tensors = _headers(draft).tensors or {}
     decision = resolve_layer_ids(
         hf_config,
         vllm_compat.total_layers(target),
         can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
-        fc_in_features=fc_in_features(draft),
+        fc_in_features=checkpoint.fc_in_features(tensors),
         target_hidden_size=target.get_hidden_size(),
+        layer_prefix=checkpoint.layer_prefix(tensors),
     )
     hf_config.eagle_aux_hidden_state_layer_ids = list(decision.capture_ids)
     setattr(hf_config, RESOLVED_MARK, {"written": decision.written,
-                                        "convention": decision.convention})
-    logger.info("vllm-kimi-eagle: %s", decision.log_line())
+                                        "convention": decision.convention,
+                                        "rule": decision.rule, "tool": decision.tool})
+    log = logger.warning if decision.ambiguous else logger.info
+    log("vllm-kimi-eagle: %s", decision.log_line())
 
 
 def check_checkpoint(spec_config) -> None:
-    """Raise CheckpointError if a local MLA EAGLE3 draft would not serve as trained."""
+    """Raise CheckpointError if an MLA EAGLE3 draft would not serve as trained.
+
+    Local folders, hub drafts in the HF cache and (online) hub drafts are checked from
+    their safetensors headers; when no header can be read the check is skipped with a
+    log line, and the draft class still checks every tensor while loading.
+    """
     draft, target = spec_config.draft_model_config, spec_config.target_model_config
     if not PLUGIN_DRAFT_ARCHITECTURES & set(draft.architectures or ()):
         return
-    if not _local_checkpoint(draft):
-        return  # a hub id, or a config-only folder: the draft class checks while loading
-    problems = draft_problems(
-        draft.model, draft.hf_config, target.get_vocab_size(), target.get_hidden_size()
-    )
+    headers = _headers(draft)
+    if headers.tensors is None:
+        logger.info(
+            "vllm-kimi-eagle: pre-serve checkpoint check of %s skipped: %s. Loading the "
+            "weights still checks every tensor strictly.", draft.model, headers.where)
+        return
+    problems = tensor_problems(draft.model, draft.hf_config, headers.tensors,
+                               target.get_vocab_size(), target.get_hidden_size())
     if problems:
         raise checkpoint.CheckpointError(
             f"the EAGLE3 MLA draft at {draft.model} does not match its config.json "
-            f"({len(problems)} problem(s)); vLLM would serve it with lower acceptance or "
-            "fail later:\n  - " + "\n  - ".join(problems)
+            f"({len(problems)} problem(s), read from the {headers.where}); vLLM would serve "
+            "it with lower acceptance or fail later:\n  - " + "\n  - ".join(problems)
         )
+    logger.info("vllm-kimi-eagle: draft checkpoint %s checked against its config "
+                "(headers from the %s): no problem.", draft.model, headers.where)
 
 
 def apply_greedy_shortcut(spec_config) -> None:

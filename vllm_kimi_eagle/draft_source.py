@@ -1,0 +1,83 @@
+"""Where a draft's safetensors headers come from: a local folder, the Hugging Face cache,
+or the hub's metadata API, so the pre-serve checks run for hub ids (the README's
+``lightseekorg/...`` usage) as they do for local folders.
+
+Only headers are read (a few KB per file), never weights. Offline, with nothing in the
+cache, the headers are not available: :func:`draft_headers` says so and why, and the
+caller logs that the checks were skipped and that loading still checks strictly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+from vllm_kimi_eagle import checkpoint
+
+
+@dataclass(frozen=True)
+class DraftHeaders:
+    tensors: dict[str, checkpoint.TensorInfo] | None  # None: not available
+    where: str  # "local folder", "Hugging Face cache", "hub metadata", or why not
+
+
+def is_local(model: str) -> bool:
+    return os.path.isdir(model)
+
+
+def draft_headers(model: str, revision: str | None = None) -> DraftHeaders:
+    """The draft's tensors from headers: local folder, then the HF cache, then the hub."""
+    if is_local(model):
+        if not checkpoint.checkpoint_files(model):
+            return DraftHeaders(None, f"{model} holds no .safetensors file")
+        return DraftHeaders(checkpoint.read_checkpoint(model), "local folder")
+    cached = cached_checkpoint_files(model, revision)
+    if cached:
+        tensors: dict[str, checkpoint.TensorInfo] = {}
+        for path in cached:
+            tensors.update(checkpoint.read_safetensors_header(path))
+        return DraftHeaders(tensors, "Hugging Face cache")
+    return hub_metadata(model, revision)
+
+
+def cached_checkpoint_files(repo_id: str, revision: str | None) -> list[str] | None:
+    """Every .safetensors file of a hub draft already in the HF cache, or None."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+
+    def cached(filename: str) -> str | None:
+        path = try_to_load_from_cache(repo_id, filename, revision=revision)
+        return path if isinstance(path, str) else None
+
+    index = cached(checkpoint.INDEX_FILE)
+    if index:
+        with open(index) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        paths = [cached(shard) for shard in shards]
+        return paths if all(paths) else None
+    single = cached("model.safetensors")
+    return [single] if single else None
+
+
+def hub_metadata(repo_id: str, revision: str | None) -> DraftHeaders:
+    """Headers through huggingface_hub's get_safetensors_metadata (one small request)."""
+    try:
+        from huggingface_hub import constants, get_safetensors_metadata
+    except ImportError:
+        return DraftHeaders(None, "huggingface_hub is not installed")
+    if constants.HF_HUB_OFFLINE:
+        return DraftHeaders(None, "HF_HUB_OFFLINE is set and the draft is not in the HF cache")
+    try:
+        metadata = get_safetensors_metadata(repo_id, revision=revision)
+    except Exception as err:  # network, auth, missing repo: loading will tell the user
+        return DraftHeaders(None, f"the hub's safetensors metadata could not be read "
+                                  f"({type(err).__name__}: {err})")
+    tensors: dict[str, checkpoint.TensorInfo] = {}
+    for filename, file_meta in metadata.files_metadata.items():
+        where = f"{repo_id}/{filename}"
+        for name, info in file_meta.tensors.items():
+            tensors[name] = checkpoint.TensorInfo(where, tuple(info.shape), str(info.dtype))
+    return DraftHeaders(tensors, "hub metadata")
