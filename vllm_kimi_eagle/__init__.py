@@ -11,7 +11,11 @@ Environment variables:
     class. ``upstream``: keep vLLM's in-tree class (config fixes stay on). To disable the
     plugin entirely, set ``VLLM_PLUGINS=""`` (vLLM's own switch).
 ``VLLM_KIMI_EAGLE_LAYER_IDS``
-    ``output-of`` / ``input-of`` / ``auto`` (default): how to read a draft's layer ids.
+    ``output-of`` / ``input-of`` / ``auto`` (default: the training tool recognised in
+    the config, else sglang's first-id-is-1 rule): how to read a draft's layer ids.
+``VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA``
+    unset (default): the draft's config.json rope base; a number: serve the draft with
+    that rope base instead (to check drafts trained with another base than written).
 ``VLLM_KIMI_EAGLE_GREEDY_SHORTCUT``
     ``1`` (default) / ``0``: whether the plugin may turn on vLLM's
     ``use_local_argmax_reduction`` for its draft class (never over a value the user set,

@@ -9,6 +9,7 @@ Checkpoints load without conversion and strictly: see ``checkpoint.py``.
 """
 
 
+import logging
 from collections.abc import Iterable
 
 import torch
@@ -27,7 +28,7 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.deepseek_v2 import DeepseekV2MLAAttention, DeepseekV2MLP
 from vllm.model_executor.models.utils import get_draft_quant_config, maybe_prefix
 
-from vllm_kimi_eagle import checkpoint, greedy_sampler, vllm_compat
+from vllm_kimi_eagle import checkpoint, greedy_sampler, rope_override, vllm_compat
 from vllm_kimi_eagle.draft_spec import (
     IGNORED_TENSORS,
     LAYER,
@@ -36,6 +37,7 @@ from vllm_kimi_eagle.draft_spec import (
     spec_from_config,
 )
 
+logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 # Checkpoint tensors that vLLM keeps fused: canonical name part -> (vLLM part, shard).
 STACKED_PARAMS = {
     "self_attn.q_a_proj": ("self_attn.fused_qkv_a_proj", 0),
@@ -173,6 +175,12 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         draft_model_config = vllm_config.speculative_config.draft_model_config
         self.config = draft_model_config.hf_config
         self.draft_path = draft_model_config.model
+        theta = rope_override.requested_rope_theta()
+        if theta is not None:
+            logger.warning(
+                "vllm-kimi-eagle: the draft's rope base is %s from %s (config.json says %s)",
+                theta, rope_override.ROPE_THETA_ENV, rope_override.config_rope_theta(self.config))
+            rope_override.apply_rope_theta(self.config, theta)
         self.target_vocab_size = vllm_config.model_config.get_vocab_size()
         self.target_hidden_size = vllm_config.model_config.get_hidden_size()
         target_layers = vllm_compat.total_layers(vllm_config.model_config)

@@ -12,14 +12,20 @@ import json
 import os
 from collections import Counter
 
-from vllm_kimi_eagle import checkpoint, vllm_compat
+from vllm_kimi_eagle import checkpoint, rope_override, vllm_compat
 from vllm_kimi_eagle.draft_spec import (
     LAYER_PREFIX_ALIASES,
     DraftConfigError,
     canonical_name,
     spec_from_config,
 )
-from vllm_kimi_eagle.layer_ids import SETTLE, LayerIdError, resolve_layer_ids, written_ids
+from vllm_kimi_eagle.layer_ids import (
+    CONVENTION_ENV,
+    CONVENTION_KEY,
+    LayerIdError,
+    resolve_layer_ids,
+    written_ids,
+)
 
 MLA_FIELDS = ("hidden_size", "num_attention_heads", "q_lora_rank", "kv_lora_rank",
               "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "intermediate_size")
@@ -74,6 +80,14 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ) -> 
         },
         "problems": [],
     }
+    try:
+        theta = rope_override.requested_rope_theta(environ)
+    except ValueError as err:
+        theta = None
+        report["problems"].append(str(err))
+    report["rope_theta"] = {"config": rope_override.config_rope_theta(config),
+                            "served": theta or rope_override.config_rope_theta(config),
+                            "override": theta is not None}
     ids, source = written_ids(config)
     report["layer_ids"] = ids
     report["layer_ids_source"] = source
@@ -140,6 +154,10 @@ def format_report(report: dict) -> str:
             f"{lay['files']} file(s), dtypes {lay['dtypes']}"
         )
     lines.append(f"flags         {report['flags']}")
+    rope = report["rope_theta"]
+    lines.append(f"rope base     {rope['served']}" + (
+        f" (from {rope_override.ROPE_THETA_ENV}; config.json says {rope['config']})"
+        if rope["override"] else " (config.json)"))
     lines.append(f"MLA dims      {report['mla']}")
     if report.get("draft_vocab_size"):
         lines.append(f"vocabulary    draft {report['draft_vocab_size']}, "
@@ -157,7 +175,10 @@ def format_report(report: dict) -> str:
             other = "input-of" if report["convention"] == "output-of" else "output-of"
             lines.append(
                 f"AMBIGUOUS     read as {other}, vLLM would capture "
-                f"{report['ambiguous_capture_ids']} instead; to settle it, {SETTLE}")
+                f"{report['ambiguous_capture_ids']} instead. If the draft was trained on "
+                f'those, add "{CONVENTION_KEY}": "{other}" to its config.json (or set '
+                f'{CONVENTION_ENV}={other}); to confirm this reading, "{CONVENTION_KEY}": '
+                f'"{report["convention"]}"')
     if report["problems"]:
         lines.append(f"PROBLEMS ({len(report['problems'])}):")
         lines += [f"  - {p}" for p in report["problems"]]

@@ -40,10 +40,6 @@ TO_CAPTURE_ID = {OUTPUT_OF: 1, INPUT_OF: 0}
 OTHER = {OUTPUT_OF: INPUT_OF, INPUT_OF: OUTPUT_OF}
 # Where ids can be written: the top level (read first by vLLM) or inside eagle_config.
 TOP, NESTED = "top-level", "eagle_config"
-SETTLE = (
-    f'add "{CONVENTION_KEY}": "output-of" or "input-of" to the draft\'s config.json '
-    f"(or set {CONVENTION_ENV})"
-)
 
 
 class LayerIdError(ValueError):

@@ -1,0 +1,53 @@
+"""An explicit rope base for the draft: ``VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA``.
+
+TorchSpec's MLA drafts were for a while trained with rope base 10000 while their
+config.json says ``rope_theta`` 50000 (its yarn path built the rotary embedding without
+the configured base; the fix's docstring in TorchSpec's ``build_rotary_embedding`` says
+so). Whether a published checkpoint is affected is not known, and nothing in a
+checkpoint tells. So the plugin never guesses: it serves the config's base unless this
+variable names another one, which lets a user measure acceptance both ways (e.g. with
+``vllm-kimi-eagle eval``) and keep the better. ``inspect`` reports it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+ROPE_THETA_ENV = "VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA"
+
+
+def requested_rope_theta(environ=os.environ) -> float | None:
+    """The rope base asked for through the environment, or None (use config.json's)."""
+    value = (environ.get(ROPE_THETA_ENV) or "").strip()
+    if not value:
+        return None
+    try:
+        theta = float(value)
+    except ValueError:
+        theta = math.nan
+    if not math.isfinite(theta) or theta <= 0:
+        raise ValueError(
+            f"environment variable {ROPE_THETA_ENV}={value!r} is not a positive number; "
+            "set it to the rope base the draft was trained with (e.g. 10000), or unset it "
+            "to use the draft config's rope_theta."
+        )
+    return theta
+
+
+def config_rope_theta(config) -> float | None:
+    """The draft config's rope base (``rope_parameters`` first, then ``rope_theta``)."""
+    parameters = getattr(config, "rope_parameters", None) or {}
+    if isinstance(config, dict):
+        parameters = config.get("rope_parameters") or {}
+        return parameters.get("rope_theta", config.get("rope_theta"))
+    return parameters.get("rope_theta", getattr(config, "rope_theta", None))
+
+
+def apply_rope_theta(config, theta: float) -> None:
+    """Make the draft's attention use ``theta`` (vLLM builds rope from rope_parameters)."""
+    parameters = getattr(config, "rope_parameters", None)
+    if isinstance(parameters, dict):
+        parameters["rope_theta"] = theta
+    if hasattr(config, "rope_theta"):
+        config.rope_theta = theta
