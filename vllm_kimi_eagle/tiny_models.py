@@ -26,7 +26,7 @@ import shutil
 import sys
 import time
 
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3
 SEED = 20261121
 CACHE_ENV = "VLLM_KIMI_EAGLE_TINY_DIR"
 
@@ -58,6 +58,14 @@ TARGET_CONFIG = {
 # Captured target layers in vLLM's convention (input of layer N = HF hidden_states[N]),
 # placed like Kimi's (2, 30, 58) of 61: early, middle, late.
 AUX_LAYER_IDS = [2, 3, 5]
+# A second capture set, whose output-of ids [2, 3, 4] do not start at 1 (issue 10).
+LATE_LAYER_IDS = [3, 4, 5]
+# The drafts trained: name -> (EAGLE3 flavour, captured layers in vLLM's convention).
+TRAINED = {
+    "eagle3": ("eagle3", AUX_LAYER_IDS),
+    "eagle3.1": ("eagle3.1", AUX_LAYER_IDS),
+    "eagle3-late": ("eagle3", LATE_LAYER_IDS),
+}
 DRAFT_CONFIG = {
     **MLA_DIMS,
     "architectures": ["Eagle3DeepseekV2ForCausalLM"],
@@ -85,16 +93,24 @@ class DraftVariant:
     """One draft folder: which trained draft it holds and how it is written."""
 
     name: str
-    trained: str = "eagle3"  # "eagle3" or "eagle3.1" (fc_norm + norm_output)
+    trained: str = "eagle3"  # a key of TRAINED ("eagle3.1": fc_norm + norm_output)
     layer_prefix: str = "layers.0."
     embed_tokens: bool = True
     lm_head: bool = True
     pruned_vocab: bool = False
     shards: int = 1
     dtype: str = "float32"
-    # "input-of" writes AUX_LAYER_IDS (vLLM's convention); "output-of" writes them
-    # minus one, as SpecForge/TorchSpec/Model-Optimizer do (the same tensors).
+    # "input-of" writes the captured ids (vLLM's convention) in eagle_config;
+    # "output-of" writes them minus one, as SpecForge/TorchSpec/Model-Optimizer do (the
+    # same tensors); "explicit-input-of" writes them at the top level and says so with
+    # eagle_aux_hidden_state_layer_ids_convention; "as-exported": as the export's tool
+    # writes them (see ``export``).
     layer_ids: str = "input-of"
+    # Written as a training tool writes its export (trainer_exports.WRITERS); the
+    # layout fields above then do not apply.
+    export: str | None = None
+    # Model-Optimizer export only: the id list in the order written (a set to the tool).
+    written_order: tuple[int, ...] | None = None
 
 
 DRAFT_VARIANTS = (
@@ -105,6 +121,16 @@ DRAFT_VARIANTS = (
     DraftVariant("draft-pruned", pruned_vocab=True),
     DraftVariant("draft-sharded-bf16", shards=3, dtype="bfloat16"),
     DraftVariant("draft-output-of", layer_ids="output-of"),
+    # The base draft as each training tool exports it (issue 10).
+    DraftVariant("draft-modelopt", export="modelopt", layer_ids="as-exported"),
+    DraftVariant("draft-torchspec", export="torchspec", layer_ids="as-exported"),
+    DraftVariant("draft-torchspec-vllm", export="torchspec-vllm", layer_ids="as-exported"),
+    DraftVariant("draft-specforge", export="specforge", layer_ids="as-exported"),
+    # A draft trained on LATE_LAYER_IDS, exported by Model-Optimizer with its output-of
+    # ids [2, 3, 4] written out of order, and the same weights with explicit ids.
+    DraftVariant("draft-late-modelopt", trained="eagle3-late", export="modelopt",
+                 layer_ids="as-exported", written_order=(4, 2, 3)),
+    DraftVariant("draft-late-explicit", trained="eagle3-late", layer_ids="explicit-input-of"),
 )
 TRAINING = {
     "target_steps": 400, "target_batch": 16, "target_seq": 64, "target_lr": 3e-3,
@@ -150,22 +176,25 @@ def build_tiny_models(folder: str, progress: bool = True) -> dict:
     os.makedirs(tmp)
     torch.manual_seed(SEED)
     threads = torch.get_num_threads()
-    total = TRAINING["target_steps"] + 2 * TRAINING["draft_steps"] + 3
+    total = TRAINING["target_steps"] + len(TRAINED) * TRAINING["draft_steps"] + 3
     bar = tqdm(total=total, desc="tiny Kimi models", unit="step", disable=not progress,
                file=sys.stderr)
     try:
         tokenizer = write_tokenizer(os.path.join(tmp, "target"))
         target, target_summary = train_target(tokenizer, bar)
         save_target(target, os.path.join(tmp, "target"))
-        data = capture_training_data(target, tokenizer)
-        bar.update(1)
         summary = {"builder_version": BUILDER_VERSION, "seed": SEED, "target": target_summary}
-        drafts = {}
-        for kind in ("eagle3", "eagle3.1"):
-            drafts[kind], summary[kind] = train_draft(target, data, kind, bar)
-        pruned = pruned_vocab_ids(data["tokens"])
+        drafts, data = {}, {}
+        for name, (kind, capture) in TRAINED.items():
+            key = tuple(capture)
+            if key not in data:
+                data[key] = capture_training_data(target, tokenizer, capture)
+            drafts[name], summary[name] = train_draft(target, data[key], kind, bar)
+        bar.update(1)
+        pruned = pruned_vocab_ids(data[tuple(AUX_LAYER_IDS)]["tokens"])
         for variant in DRAFT_VARIANTS:
-            write_draft(drafts[variant.trained], variant, os.path.join(tmp, variant.name), pruned)
+            write_draft(drafts[variant.trained], variant, os.path.join(tmp, variant.name), pruned,
+                        target.config)
         bar.update(2)
     finally:
         bar.close()
@@ -287,7 +316,7 @@ def save_target(model, folder: str) -> None:
         json.dump(config, f, indent=2)
 
 
-def capture_training_data(target, tokenizer) -> dict:
+def capture_training_data(target, tokenizer, capture_ids=AUX_LAYER_IDS) -> dict:
     """Token windows, the target's captured aux states and its greedy next tokens."""
     import torch
 
@@ -299,7 +328,7 @@ def capture_training_data(target, tokenizer) -> dict:
     with torch.no_grad():
         for chunk in tokens.split(32):
             out = target(input_ids=chunk, output_hidden_states=True)
-            aux.append(torch.cat([out.hidden_states[i] for i in AUX_LAYER_IDS], dim=-1))
+            aux.append(torch.cat([out.hidden_states[i] for i in capture_ids], dim=-1))
             greedy.append(out.logits.argmax(-1))
     return {"tokens": tokens, "aux": torch.cat(aux), "greedy": torch.cat(greedy)}
 
@@ -377,21 +406,43 @@ def draft_config(variant: DraftVariant) -> dict:
                   torch_dtype=variant.dtype)
     if variant.trained == "eagle3.1":
         config.update(fc_norm=True, norm_output=True)
-    if variant.layer_ids == "output-of":
-        config["eagle_config"] = dict(
-            config["eagle_config"],
-            eagle_aux_hidden_state_layer_ids=[i - 1 for i in AUX_LAYER_IDS],
-        )
+    capture = TRAINED[variant.trained][1]
+    written = [i - 1 for i in capture] if variant.layer_ids == "output-of" else capture
+    config["eagle_config"] = dict(config["eagle_config"], eagle_aux_hidden_state_layer_ids=written)
+    if variant.layer_ids == "explicit-input-of":
+        from vllm_kimi_eagle.layer_ids import CONVENTION_KEY, IDS_KEY
+
+        config.update({IDS_KEY: list(capture), CONVENTION_KEY: "input-of"})
     return config
 
 
-def write_draft(draft, variant: DraftVariant, folder: str, pruned_ids) -> None:
+def write_export(tensors: dict, variant: DraftVariant, folder: str, target_config) -> None:
+    """The draft's tensors and config as the variant's training tool exports them."""
+    from safetensors.torch import save_file
+
+    from vllm_kimi_eagle import trainer_exports
+
+    options = {"written_order": list(variant.written_order)} if variant.written_order else {}
+    config, out, metadata = trainer_exports.export(
+        variant.export, tensors,
+        draft_config(dataclasses.replace(variant, export=None, layer_ids="input-of")),
+        target_config, TRAINED[variant.trained][1], **options)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    save_file({k: v.contiguous() for k, v in out.items()},
+              os.path.join(folder, "model.safetensors"), metadata={"format": "pt", **metadata})
+
+
+def write_draft(draft, variant: DraftVariant, folder: str, pruned_ids, target_config=None) -> None:
     """Write a trained reference draft in the layout the variant describes."""
     import torch
     from safetensors.torch import save_file
 
     os.makedirs(folder, exist_ok=True)
     tensors = {k: v.detach().clone() for k, v in draft.state_dict().items()}
+    if variant.export:
+        write_export(tensors, variant, folder, target_config or TARGET_CONFIG)
+        return
     if variant.pruned_vocab:
         tensors["lm_head.weight"] = tensors["lm_head.weight"][pruned_ids].clone()
         tensors["d2t"] = (pruned_ids - torch.arange(len(pruned_ids))).to(torch.long)
