@@ -25,10 +25,12 @@ def install_draft_config_override() -> bool:
     """Wrap vLLM's draft-config override so SpecForge MLA drafts stay EAGLE3 (idempotent)."""
 
     def make_wrapper(original):
-        def hf_config_override(hf_config):
+        # vLLM 0.33 passes a second argument (transformers_mtp_overrides), positionally
+        # or by keyword: everything but the config goes through untouched.
+        def hf_config_override(hf_config, *args, **kwargs):
             if is_eagle3_draft_config(hf_config):
                 return hf_config
-            return original(hf_config)
+            return original(hf_config, *args, **kwargs)
 
         return hf_config_override
 

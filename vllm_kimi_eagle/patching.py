@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 from collections.abc import Callable
 
@@ -49,5 +50,7 @@ def wrap_method(
     wrapper.__qualname__ = getattr(original, "__qualname__", method)
     wrapper.__module__ = getattr(original, "__module__", module_name)
     wrapper.__doc__ = original.__doc__
-    setattr(owner, method, wrapper)
+    # A staticmethod stays one: called on an instance, a plain function would be bound.
+    static = isinstance(inspect.getattr_static(owner, method), staticmethod)
+    setattr(owner, method, staticmethod(wrapper) if static else wrapper)
     return True
