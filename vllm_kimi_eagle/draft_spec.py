@@ -28,7 +28,8 @@ class DraftConfigError(ValueError):
     """A draft config that cannot describe an MLA EAGLE3 draft."""
 
 
-def _get(config, key, default=None):
+def config_value(config, key, default=None):
+    """``key`` of a config given as an object (PretrainedConfig) or a dict (config.json)."""
     if isinstance(config, Mapping):
         return config.get(key, default)
     return getattr(config, key, default)
@@ -36,9 +37,10 @@ def _get(config, key, default=None):
 
 def aux_layer_ids(config) -> list[int] | None:
     """The draft's captured-layer ids as written: top-level first, then `eagle_config`."""
-    ids = _get(config, "eagle_aux_hidden_state_layer_ids")
+    ids = config_value(config, "eagle_aux_hidden_state_layer_ids")
     if ids is None:
-        ids = _get(_get(config, "eagle_config") or {}, "eagle_aux_hidden_state_layer_ids")
+        nested = config_value(config, "eagle_config") or {}
+        ids = config_value(nested, "eagle_aux_hidden_state_layer_ids")
     return list(ids) if ids is not None else None
 
 
@@ -70,7 +72,7 @@ def spec_from_config(config, source: str = "the draft config") -> DraftSpec:
     """Read a draft config (object or dict) into a DraftSpec; errors name the field."""
 
     def required(key):
-        value = _get(config, key)
+        value = config_value(config, key)
         if value is None:
             raise DraftConfigError(
                 f"{source}: field {key!r} is missing; an MLA EAGLE3 draft config must "
@@ -81,11 +83,13 @@ def spec_from_config(config, source: str = "the draft config") -> DraftSpec:
     hidden = int(required("hidden_size"))
     vocab = int(required("vocab_size"))
     ids = aux_layer_ids(config)
-    num_aux = _get(config, "num_aux_hidden_states") or (len(ids) if ids else DEFAULT_NUM_AUX)
-    q_lora = _get(config, "q_lora_rank")
+    num_aux = config_value(config, "num_aux_hidden_states") or (
+        len(ids) if ids else DEFAULT_NUM_AUX
+    )
+    q_lora = config_value(config, "q_lora_rank")
     return DraftSpec(
         hidden_size=hidden,
-        target_hidden_size=int(_get(config, "target_hidden_size") or hidden),
+        target_hidden_size=int(config_value(config, "target_hidden_size") or hidden),
         intermediate_size=int(required("intermediate_size")),
         num_heads=int(required("num_attention_heads")),
         q_lora_rank=int(q_lora) if q_lora is not None else None,
@@ -94,12 +98,12 @@ def spec_from_config(config, source: str = "the draft config") -> DraftSpec:
         qk_rope_head_dim=int(required("qk_rope_head_dim")),
         v_head_dim=int(required("v_head_dim")),
         vocab_size=vocab,
-        draft_vocab_size=int(_get(config, "draft_vocab_size") or vocab),
+        draft_vocab_size=int(config_value(config, "draft_vocab_size") or vocab),
         num_aux=int(num_aux),
-        rms_norm_eps=float(_get(config, "rms_norm_eps") or 1e-6),
-        fc_norm=bool(_get(config, "fc_norm") or _get(config, "use_aux_norm")),
-        norm_output=bool(_get(config, "norm_output")),
-        norm_before_residual=bool(_get(config, "norm_before_residual")),
+        rms_norm_eps=float(config_value(config, "rms_norm_eps") or 1e-6),
+        fc_norm=bool(config_value(config, "fc_norm") or config_value(config, "use_aux_norm")),
+        norm_output=bool(config_value(config, "norm_output")),
+        norm_before_residual=bool(config_value(config, "norm_before_residual")),
     )
 
 

@@ -29,6 +29,8 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from vllm_kimi_eagle.draft_spec import config_value
+
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 CONVENTION_KEY = "eagle_aux_hidden_state_layer_ids_convention"
 CONVENTION_ENV = "VLLM_KIMI_EAGLE_LAYER_IDS"
@@ -46,14 +48,8 @@ class LayerIdError(ValueError):
     """Layer ids that would make vLLM capture layers the draft was not trained on."""
 
 
-def _get(config, key, default=None):
-    if isinstance(config, Mapping):
-        return config.get(key, default)
-    return getattr(config, key, default)
-
-
 def _eagle_config(config) -> Mapping:
-    nested = _get(config, "eagle_config") or {}
+    nested = config_value(config, "eagle_config") or {}
     return nested if isinstance(nested, Mapping) else {}
 
 
@@ -64,11 +60,11 @@ def _modelopt_marker(config) -> bool:
 
 
 def _specforge_marker(config) -> bool:
-    return "DeepseekV3ForCausalLMEagle3" in (_get(config, "architectures") or ())
+    return "DeepseekV3ForCausalLMEagle3" in (config_value(config, "architectures") or ())
 
 
 def _torchspec_marker(config) -> bool:
-    return _get(config, "_torchspec_version") is not None
+    return config_value(config, "_torchspec_version") is not None
 
 
 @dataclass(frozen=True)
@@ -132,9 +128,9 @@ def _model_type_fits(row: ToolExport, model_type) -> bool:
 
 def draft_model_type(draft_config):
     """The draft's own model_type (inside vLLM's ``eagle`` wrapper config, if wrapped)."""
-    model_type = _get(draft_config, "model_type")
-    inner = _get(draft_config, "model") if model_type == "eagle" else None
-    return _get(inner, "model_type", model_type) if inner is not None else model_type
+    model_type = config_value(draft_config, "model_type")
+    inner = config_value(draft_config, "model") if model_type == "eagle" else None
+    return config_value(inner, "model_type", model_type) if inner is not None else model_type
 
 
 def tool_readings(draft_config, layer_prefix: str | None) -> list[ToolExport]:
@@ -200,7 +196,7 @@ def tools_default_ids(num_layers: int) -> list[int]:
 
 def written_ids(draft_config) -> tuple[list[int] | None, str]:
     """The ids as written and where: top level first (what vLLM reads first), then nested."""
-    ids = _get(draft_config, IDS_KEY)
+    ids = config_value(draft_config, IDS_KEY)
     if ids:
         return [int(i) for i in ids], IDS_KEY
     nested = _eagle_config(draft_config).get(IDS_KEY)
@@ -213,7 +209,7 @@ def explicit_convention(draft_config, environ=os.environ) -> tuple[str | None, s
     """An explicit convention and who set it: the environment, then the draft config."""
     candidates = (
         (environ.get(CONVENTION_ENV), f"environment variable {CONVENTION_ENV}"),
-        (_get(draft_config, CONVENTION_KEY), f"config.json {CONVENTION_KEY}"),
+        (config_value(draft_config, CONVENTION_KEY), f"config.json {CONVENTION_KEY}"),
         (_eagle_config(draft_config).get(CONVENTION_KEY),
          f"config.json eagle_config.{CONVENTION_KEY}"),
     )

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 import os
 
+from vllm_kimi_eagle.draft_spec import config_value
+
 ROPE_THETA_ENV = "VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA"
 
 
@@ -37,11 +39,8 @@ def requested_rope_theta(environ=os.environ) -> float | None:
 
 def config_rope_theta(config) -> float | None:
     """The draft config's rope base (``rope_parameters`` first, then ``rope_theta``)."""
-    parameters = getattr(config, "rope_parameters", None) or {}
-    if isinstance(config, dict):
-        parameters = config.get("rope_parameters") or {}
-        return parameters.get("rope_theta", config.get("rope_theta"))
-    return parameters.get("rope_theta", getattr(config, "rope_theta", None))
+    parameters = config_value(config, "rope_parameters") or {}
+    return parameters.get("rope_theta", config_value(config, "rope_theta"))
 
 
 def apply_rope_theta(config, theta: float) -> None:
