@@ -128,8 +128,15 @@ _ENGINES: dict = {}
 
 
 def engine(tiny: str, draft: str | None, env: dict | None = None, **extra) -> dict:
-    """One engine run on the tiny models (8 prompts x 64 greedy tokens unless ``extra``
-    says otherwise), started on first use and cached for the whole test session."""
+    """One engine run on the tiny models (8 prompts x 64 greedy tokens, float32, unless
+    ``extra`` says otherwise), started on first use and cached for the whole test session.
+
+    float32, not vLLM's bfloat16 default for these float32 checkpoints: a greedy
+    comparison between runs whose batches differ (speculation verifies several tokens
+    per step) is exact only where bfloat16 rounding cannot flip a near-tie; with the
+    realistic draft (many rejections, many batch shapes) float32 keeps "lossless" a
+    statement about speculation, not about rounding."""
+    extra = {"dtype": "float32", **extra}
     key = (draft, json.dumps(env or {}, sort_keys=True), json.dumps(extra, sort_keys=True))
     if key not in _ENGINES:
         spec = {
@@ -141,6 +148,20 @@ def engine(tiny: str, draft: str | None, env: dict | None = None, **extra) -> di
         }
         _ENGINES[key] = run_engine(spec, env=env)
     return _ENGINES[key]
+
+
+_CAPTURE_DIR: list[str] = []
+
+
+def captured_engine(tiny: str, draft: str, **extra) -> dict:
+    """engine() in float32 with the draft's first prefill inputs and outputs saved (the
+    file is ``result["captured"]``); one run per draft for the whole session."""
+    if not _CAPTURE_DIR:
+        import tempfile
+
+        _CAPTURE_DIR.append(tempfile.mkdtemp(prefix="vllm-kimi-eagle-capture-"))
+    path = os.path.join(_CAPTURE_DIR[0], f"{draft}.pt")
+    return engine(tiny, draft, capture_draft_io=True, capture_path=path, **extra)
 
 
 def served(result: dict) -> dict:

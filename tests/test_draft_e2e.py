@@ -19,6 +19,7 @@ from tests.helpers import (
     MAX_TOKENS,
     NO_PLUGIN,
     PROMPTS,
+    captured_engine,
     engine,
     engine_test_action,
     probe_engine_config,
@@ -30,13 +31,26 @@ from vllm_kimi_eagle import tiny_models
 from vllm_kimi_eagle.draft_spec import canonical_name, spec_from_config
 from vllm_kimi_eagle.reference import ReferenceDraft
 
-# Layout variants: the same captured layers written in vLLM's convention (the
-# output-of-layer copy belongs to the layer-id tests).
-VARIANTS = [v.name for v in tiny_models.DRAFT_VARIANTS if v.layer_ids == "input-of"]
+# Layout variants: the base draft's weights and captured layers written in vLLM's
+# convention (the output-of-layer copy belongs to the layer-id tests, the training tools'
+# exports to test_training_tools).
+OWN_DRAFTS = list(tiny_models.SEPARATELY_TRAINED)
+VARIANTS = [v.name for v in tiny_models.DRAFT_VARIANTS
+            if v.layer_ids == "input-of" and v.name not in OWN_DRAFTS]
 BASE = "draft"
+# Where the base draft must serve at k=3: where real Kimi drafts do (model cards 2.6-3.2,
+# a third-party K2.6 run 2.30). Above it, losses hide under the ceiling of 4.0.
+REALISTIC_ACCEPTANCE = (2.4, 3.2)
+# Drafts of the two options only these fixtures have; their runs capture the draft's
+# inputs and outputs for the numerics test and serve the other tests too.
+OPTION_DRAFTS = ("draft-norm-before-residual", "draft-narrow")
+
+
+def plugin_run(tiny: str, draft: str) -> dict:
+    return captured_engine(tiny, draft) if draft in OPTION_DRAFTS else engine(tiny, draft)
 # Allowed distance of a layout variant's acceptance from the base draft's. The pruned
-# variant keeps the 256 most frequent target ids: a greedy target token outside them can
-# never be drafted, so it may lose a little more (its measured gap is printed).
+# variant keeps the PRUNED_VOCAB (192) most frequent target ids: a greedy target token
+# outside them can never be drafted, so it may lose a little more (its gap is printed).
 SAME_ACCEPTANCE = 0.1
 PRUNED_ACCEPTANCE_SLACK = 0.3
 UPSTREAM = {"VLLM_KIMI_EAGLE_DRAFT": "upstream"}
@@ -44,13 +58,15 @@ needs_engine = requires_mla_engine()
 
 
 @needs_engine
-def test_plugin_module_matches_reference_numerics(tiny, tmp_path):
-    """Same weights, same inputs: vLLM's run of our class (float32) vs the reference."""
-    capture = str(tmp_path / "draft_io.pt")
-    result = served(engine(tiny, BASE, dtype="float32", capture_draft_io=True,
-                           capture_path=capture))
+@pytest.mark.parametrize("draft", [BASE, *OPTION_DRAFTS])
+def test_plugin_module_matches_reference_numerics(tiny, draft):
+    """Same weights, same inputs: vLLM's run of our class (float32) vs the reference; for
+    the base draft and the drafts of the two options no other fixture has
+    (``norm_before_residual``; ``target_hidden_size`` 256 with ``hidden_size`` 128)."""
+    result = served(captured_engine(tiny, draft))
     assert result["draft_class"] == "vllm_kimi_eagle.draft_model:Eagle3DeepseekV2ForCausalLM"
-    draft_dir = os.path.join(tiny, BASE)
+    assert result["drafts"] > 0, "the draft proposed nothing"
+    draft_dir = os.path.join(tiny, draft)
     with open(os.path.join(draft_dir, "config.json")) as f:
         config = json.load(f)
     from transformers import AutoConfig
@@ -59,14 +75,17 @@ def test_plugin_module_matches_reference_numerics(tiny, tmp_path):
 
     register_config_alias()
     rope = AutoConfig.from_pretrained(draft_dir).rope_parameters
-    reference = ReferenceDraft(spec_from_config(config), rope)
+    spec = spec_from_config(config)
+    reference = ReferenceDraft(spec, rope)
     weights = load_file(os.path.join(draft_dir, "model.safetensors"))
     reference.load_state_dict({canonical_name(k): v for k, v in weights.items()}, strict=True)
-    io = torch.load(capture)
+    io = torch.load(result["captured"])
     forward = io["forward"]
     # The first request's prefill: positions 0..n-1 up to where the next request starts.
     restarts = (forward["positions"][1:] == 0).nonzero().flatten()
     first = int(restarts[0]) + 1 if len(restarts) else len(forward["positions"])
+    assert io["combine_in"].shape[-1] == spec.num_aux * spec.target_hidden_size
+    assert forward["hidden_states"].shape[-1] == spec.hidden_size
     with torch.no_grad():
         combined = reference.combine(io["combine_in"].float())
         out, aux = reference.unroll(
@@ -79,14 +98,29 @@ def test_plugin_module_matches_reference_numerics(tiny, tmp_path):
         logits_vllm = reference.draft_logits(forward["out"][:first].float())
     # Tolerance: float32 end to end; vLLM's CPU MLA kernel and fused norms reorder sums.
     tolerance = dict(rtol=1e-4, atol=1e-3)
-    print(f"\nnumerics over {first} prefill tokens: max |logits diff| "
-          f"{(logits_ref - logits_vllm).abs().max():.2e}, max |aux diff| "
-          f"{(aux[0] - forward['aux'][:first]).abs().max():.2e} (rtol 1e-4, atol 1e-3)")
+    print(f"\n{draft} (hidden {spec.hidden_size}, target {spec.target_hidden_size}, "
+          f"norm_before_residual {spec.norm_before_residual}): numerics over {first} prefill "
+          f"tokens: max |logits diff| {(logits_ref - logits_vllm).abs().max():.2e}, max |aux "
+          f"diff| {(aux[0] - forward['aux'][:first]).abs().max():.2e} (rtol 1e-4, atol 1e-3); "
+          f"acceptance {result['acceptance_length']} {result['acceptance_by_position']}")
     torch.testing.assert_close(combined, io["combine_out"].float(), **tolerance)
     torch.testing.assert_close(out[0], forward["out"][:first].float(), **tolerance)
     torch.testing.assert_close(aux[0], forward["aux"][:first].float(), **tolerance)
     torch.testing.assert_close(logits_ref, logits_vllm, **tolerance)
     assert torch.equal(logits_ref.argmax(-1), logits_vllm.argmax(-1))
+
+
+@needs_engine
+@pytest.mark.parametrize("draft", OWN_DRAFTS)
+def test_separately_trained_draft_is_lossless(tiny, draft):
+    """EAGLE3.1 and the two option drafts: trained on their own, so their acceptance is
+    their own (printed); the target's greedy output must not change."""
+    result = served(plugin_run(tiny, draft))
+    assert result["drafts"] > 0, "the draft proposed nothing: the comparison would prove nothing"
+    print(f"\n{draft}: acceptance {result['acceptance_length']} "
+          f"{result['acceptance_by_position']}")
+    assert result["token_ids"] == served(engine(tiny, None))["token_ids"]
+    assert result["acceptance_length"] > 1.5  # a draft that drafts, not noise
 
 
 @needs_engine
@@ -105,10 +139,29 @@ def test_greedy_output_is_lossless(tiny):
 def test_acceptance_length_of_base_draft(tiny):
     spec = served(engine(tiny, BASE))
     assert spec["drafts"] > 0
+    by_position = spec["acceptance_by_position"]
     print(f"\nbase draft: acceptance length {spec['acceptance_length']} "
-          f"(3 speculative tokens), by position {spec['acceptance_by_position']}")
-    assert spec["acceptance_length"] >= 2.0
-    assert len(spec["acceptance_by_position"]) == 3
+          f"(3 speculative tokens), by position {by_position}")
+    low, high = REALISTIC_ACCEPTANCE
+    assert low <= spec["acceptance_length"] <= high, "the fixture is no longer realistic"
+    assert len(by_position) == 3
+    assert by_position[0] > by_position[1] > by_position[2]  # decays, as real drafts do
+
+
+@needs_engine
+def test_base_draft_in_bfloat16_for_the_record(tiny):
+    """vLLM's default dtype for these float32 checkpoints: the draft still drafts at a
+    realistic acceptance (outputs that differ from float32 are rounding, printed)."""
+    spec32 = served(engine(tiny, BASE))
+    spec16 = served(engine(tiny, BASE, dtype="bfloat16"))
+    assert spec16["drafts"] > 0
+    assert spec16["dtype"] == "torch.bfloat16"
+    same = sum(a == b for a, b in zip(spec16["token_ids"], spec32["token_ids"]))
+    print(f"\nbase draft, bfloat16: acceptance {spec16['acceptance_length']} "
+          f"{spec16['acceptance_by_position']} (float32 {spec32['acceptance_length']}); "
+          f"{same}/{len(PROMPTS)} outputs as in float32")
+    low, high = REALISTIC_ACCEPTANCE
+    assert low <= spec16["acceptance_length"] <= high
 
 
 @needs_engine
@@ -121,9 +174,7 @@ def test_layout_variant_loads_and_drafts_like_base(tiny, variant):
     print(f"\n{variant}: acceptance {result['acceptance_length']} vs base "
           f"{base['acceptance_length']} ({gap:+.3f})")
     assert result["token_ids"] == served(engine(tiny, None))["token_ids"]
-    if variant == "draft-eagle3.1":  # trained separately: its own figure, same floor
-        assert result["acceptance_length"] >= 2.0
-    elif variant == "draft-pruned":
+    if variant == "draft-pruned":
         assert abs(gap) <= PRUNED_ACCEPTANCE_SLACK
     else:
         assert abs(gap) <= SAME_ACCEPTANCE
@@ -136,11 +187,11 @@ UPSTREAM_CANNOT: dict[str, str] = {}
 
 
 @needs_engine
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", VARIANTS + OWN_DRAFTS)
 def test_side_by_side_with_upstream_class(tiny, variant):
     """Our class vs vLLM's in-tree class on the same fixture (same run of the suite): a
     mistake shared by our reference and our class would show up here."""
-    ours = served(engine(tiny, variant))
+    ours = served(plugin_run(tiny, variant))
     theirs = engine(tiny, variant, env=UPSTREAM)
     assert ours["drafts"] > 0
     if variant in UPSTREAM_CANNOT:
@@ -219,7 +270,8 @@ BAD_CHECKPOINTS = {
     "missing-fc": (BASE, _bad_missing_fc, ["'fc.weight'", "[256, 768]", "missing"]),
     "q_a_proj-shape": (BASE, _bad_q_a_shape,
                        ["'layers.0.self_attn.q_a_proj.weight'", "[64, 256]", "[64, 512]"]),
-    "d2t-length": ("draft-pruned", _bad_d2t_length, ["'d2t'", "[255]", "[256]"]),
+    "d2t-length": ("draft-pruned", _bad_d2t_length, [
+        "'d2t'", f"[{tiny_models.PRUNED_VOCAB - 1}]", f"[{tiny_models.PRUNED_VOCAB}]"]),
 }
 
 
