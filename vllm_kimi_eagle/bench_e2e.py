@@ -10,11 +10,12 @@ with the best speedup over no speculation, or that no k beats it.
 How it is measured, the same way for every configuration:
 
 - For one k, the servers of every configuration are alive together (the no-speculation
-  server for the whole run); each gets the same warm-up (one batch of the largest
-  concurrency). Then ``--repeats`` rounds; in each round every concurrency, and for each
-  concurrency every configuration once, in an order rotated from round to round. So a
-  cell's repeats are spread over the k's whole measurement time, interleaved with the
-  other configurations' (``schedule``).
+  server for the whole run; ``--max-servers`` splits them into groups, one after the
+  other, each beside the no-speculation server); each gets the same warm-up (one batch of
+  the largest concurrency). Then ``--repeats`` rounds; in each round every concurrency,
+  and for each concurrency every configuration of the group and no speculation once, in
+  an order rotated from round to round. So a cell's repeats are spread over its group's
+  whole measurement time, interleaved with the other configurations' (``schedule``).
 - One window: the same requests (greedy, ``ignore_eos``, ``--max-tokens`` each; at
   least as many requests as the concurrency, the prompts cycled), sent by
   ``concurrency`` client threads, between two ``/metrics`` scrapes.
@@ -24,9 +25,9 @@ How it is measured, the same way for every configuration:
   Acceptance length and per-position acceptance come from the window's spec-decode
   counters; a speculative window in which no draft was proposed is an error.
 - A cell (configuration × k × concurrency) reports median, min and max over its repeats;
-  its acceptance is pooled over the repeats' counters. The speedup of a k is the ratio of
-  medians, the configuration's over the no-speculation server's measured in the same
-  rounds.
+  its acceptance is pooled over the repeats' counters. Its speedup is the ratio of
+  medians, its own over the no-speculation server's in the same rounds; plugin / in-tree
+  is the ratio of their speedups (with one server group: of their medians).
 """
 
 from __future__ import annotations
@@ -66,10 +67,10 @@ CONFIGS = {
                         env={"VLLM_KIMI_EAGLE_DRAFT": "plugin"}),
 }
 DEFAULTS = {"k": [1, 2, 3, 4, 5], "concurrency": [1, 4, 16], "repeats": 3, "max_tokens": 64,
-            "prompts": 8, "configs": list(CONFIGS)}
+            "prompts": 8, "configs": list(CONFIGS), "max_servers": None}
 # --quick: a grid measured to finish in under 10 minutes on 2 loaded cores (tiny models).
 QUICK = {"k": [1, 3], "concurrency": [1, 4], "repeats": 2, "max_tokens": 32, "prompts": 4,
-         "configs": [NONE, PLUGIN, IN_TREE]}
+         "configs": [NONE, PLUGIN, IN_TREE], "max_servers": 2}
 # With the tiny default models (no --target) and no --server-args: eager mode starts in
 # about half the time of compiled mode on a CPU.
 TINY_SERVER_ARGS = ["--enforce-eager"]
@@ -90,17 +91,35 @@ def spread(values: list[float]) -> dict:
             "max": round(max(values), 3), "values": [round(v, 3) for v in values]}
 
 
-def schedule(ks: list[int], concurrencies: list[int], repeats: int,
-             configs: list[str]) -> list[tuple[int, int, int, str]]:
-    """The measurement order: (k, round, concurrency, config), k by k; within a k, round
-    by round, every concurrency, every configuration once, rotated by one each round."""
+def server_groups(configs: list[str], max_servers: int | None) -> list[list[str]]:
+    """The speculative configurations whose servers are alive together for one k.
+
+    The no-speculation server (when asked for) is alive all the time and counts as one
+    of ``max_servers`` (None: no limit, one group)."""
+    speculative = [c for c in configs if CONFIGS[c].speculative]
+    if not speculative:
+        return [[]]
+    size = len(speculative) if max_servers is None else max_servers - (NONE in configs)
+    if size < 1:
+        raise BenchError(f"--max-servers {max_servers} leaves no room for a speculative "
+                         "server next to the no-speculation one; give 2 or more")
+    return [speculative[i:i + size] for i in range(0, len(speculative), size)]
+
+
+def schedule(ks: list[int], concurrencies: list[int], repeats: int, configs: list[str],
+             max_servers: int | None = None) -> list[tuple[int, int, int, int, str]]:
+    """The measurement order: (k, group, round, concurrency, config). k by k, server
+    group by group; within a group, round by round, every concurrency, each of the group's
+    configurations and no speculation once, in an order rotated by one each time."""
     order = []
     for k in ks:
-        for round_ in range(repeats):
-            for i, concurrency in enumerate(concurrencies):
-                shift = (round_ + i) % len(configs)
-                for config in configs[shift:] + configs[:shift]:
-                    order.append((k, round_, concurrency, config))
+        for g, group in enumerate(server_groups(configs, max_servers)):
+            members = [c for c in configs if c == NONE or c in group]
+            for round_ in range(repeats):
+                for i, concurrency in enumerate(concurrencies):
+                    shift = (round_ + i) % len(members)
+                    for config in members[shift:] + members[:shift]:
+                        order.append((k, g, round_, concurrency, config))
     return order
 
 
@@ -122,35 +141,40 @@ def window_problem(config: str, counters: spec_metrics.SpecCounters) -> str | No
     return None
 
 
-def cell(config: str, k: int, concurrency: int, windows: list[dict]) -> dict:
-    """One JSON object per cell from its windows (dicts written by ``measure_window``)."""
-    pooled = spec_metrics.SpecCounters()
-    for w in windows:
-        pooled = pooled + w["counters"]
-    lengths = [w["counters"].acceptance_length for w in windows]
-    return {
-        "config": config,
-        "k": k if CONFIGS[config].speculative else 0,
-        "measured_with_k": k,
-        "concurrency": concurrency,
-        "repeats": len(windows),
-        "requests_per_window": windows[0]["requests"] if windows else 0,
-        "tokens_per_s": spread([w["tokens_per_s"] for w in windows]),
-        "time_per_output_token_ms": spread([w["tpot_ms"] for w in windows]),
-        "acceptance_length_per_repeat": spread(lengths) if CONFIGS[config].speculative else None,
-        **pooled.summary(),
-    }
-
-
-def _median(cells: list[dict], config: str, k: int, concurrency: int) -> float | None:
-    for c in cells:
-        if (c["config"], c["measured_with_k"], c["concurrency"]) == (config, k, concurrency):
-            return c["tokens_per_s"]["median"]
-    return None
-
-
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
     return round(numerator / denominator, 3) if numerator and denominator else None
+
+
+def cell(config: str, k: int, concurrency: int, windows: list[dict]) -> dict:
+    """One JSON object per cell from all windows of the run (``measure_window`` dicts
+    with their place in the schedule). A speculative cell's speedup is its median over
+    the median of the no-speculation windows of the same rounds (same k, same server
+    group); the no-speculation cell of k pools its windows of every group of k."""
+    mine = [w for w in windows if (w["config"], w["k"], w["concurrency"]) == (config, k, concurrency)]
+    groups = {w["group"] for w in mine}
+    base = [w["tokens_per_s"] for w in windows if w["config"] == NONE and w["k"] == k
+            and w["concurrency"] == concurrency and w["group"] in groups]
+    pooled = spec_metrics.SpecCounters()
+    for w in mine:
+        pooled = pooled + w["counters"]
+    speculative = CONFIGS[config].speculative
+    tokens_per_s = spread([w["tokens_per_s"] for w in mine])
+    baseline = spread(base)["median"] if speculative else None
+    return {
+        "config": config,
+        "k": k if speculative else 0,
+        "measured_with_k": k,
+        "concurrency": concurrency,
+        "repeats": len(mine),
+        "requests_per_window": mine[0]["requests"] if mine else 0,
+        "tokens_per_s": tokens_per_s,
+        "time_per_output_token_ms": spread([w["tpot_ms"] for w in mine]),
+        "baseline_tokens_per_s": baseline,
+        "speedup": ratio(tokens_per_s["median"], baseline) if speculative else None,
+        "acceptance_length_per_repeat": (spread([w["counters"].acceptance_length for w in mine])
+                                         if speculative else None),
+        **pooled.summary(),
+    }
 
 
 def lead_config(configs: list[str]) -> str | None:
@@ -161,7 +185,8 @@ def lead_config(configs: list[str]) -> str | None:
 
 def speedup_rows(cells: list[dict]) -> dict[int, list[dict]]:
     """Per concurrency, one row per k: median tokens/s of each configuration, speedups
-    over no speculation measured in the same rounds, plugin / in-tree, acceptance."""
+    over no speculation measured in the same rounds, plugin / in-tree (the ratio of
+    their speedups: with one server group, the ratio of their medians), acceptance."""
     configs = list(dict.fromkeys(c["config"] for c in cells))
     lead = lead_config(configs)
     rows: dict[int, list[dict]] = {}
@@ -169,14 +194,15 @@ def speedup_rows(cells: list[dict]) -> dict[int, list[dict]]:
         for k in sorted({c["measured_with_k"] for c in cells}):
             here = {c["config"]: c for c in cells
                     if (c["measured_with_k"], c["concurrency"]) == (k, concurrency)}
-            base = _median(cells, NONE, k, concurrency)
+            speedup = {name: here[name]["speedup"] for name in configs
+                       if CONFIGS[name].speculative and name in here}
             row = {"k": k, "tokens_per_s": {name: here[name]["tokens_per_s"]
                                             for name in configs if name in here},
-                   "speedup": {name: ratio(_median(cells, name, k, concurrency), base)
-                               for name in configs if CONFIGS[name].speculative},
-                   "plugin_over_in_tree": ratio(_median(cells, PLUGIN, k, concurrency),
-                                                _median(cells, IN_TREE, k, concurrency)),
+                   "speedup": speedup,
+                   "plugin_over_in_tree": ratio(speedup.get(PLUGIN), speedup.get(IN_TREE)),
                    "acceptance_length": here[lead]["acceptance_length"] if lead in here else None,
+                   "tpot_ms": {name: here[name]["time_per_output_token_ms"]["median"]
+                               for name in (NONE, lead) if name in here},
                    "lead": lead}
             rows.setdefault(concurrency, []).append(row)
     return rows
@@ -196,13 +222,14 @@ def best_k(rows: list[dict]) -> tuple[int | None, float | None]:
 def round_winners(windows: list[dict], concurrency: int, lead: str) -> list[int | None]:
     """Per round, the k whose lead configuration beat no speculation the most in that
     round (paired: the same round of the same k's servers); None when none beat it."""
-    paired: dict[tuple[int, int], dict[str, float]] = {}
+    paired: dict[tuple[int, int, int], dict[str, float]] = {}
     for w in windows:
         if w["concurrency"] == concurrency:
-            paired.setdefault((w["round"], w["k"]), {})[w["config"]] = w["tokens_per_s"]
+            key = (w["round"], w["k"], w["group"])
+            paired.setdefault(key, {})[w["config"]] = w["tokens_per_s"]
     winners = []
-    for round_ in sorted({r for r, _ in paired}):
-        scores = [(tps[lead] / tps[NONE], k) for (r, k), tps in sorted(paired.items())
+    for round_ in sorted({r for r, _, _ in paired}):
+        scores = [(tps[lead] / tps[NONE], k) for (r, k, _), tps in sorted(paired.items())
                   if r == round_ and lead in tps and NONE in tps]
         if scores:
             speedup, k = max(scores, key=lambda sk: (sk[0], -sk[1]))
@@ -262,7 +289,7 @@ def format_report(cells: list[dict], windows: list[dict]) -> str:
         lead = rows[0]["lead"]
         header = ["k", *[f"{c} tok/s" for c in configs],
                   *[f"speedup {c}" for c in rows[0]["speedup"]], "plugin/in-tree",
-                  f"accept len ({lead})"]
+                  f"accept len ({lead})", *[f"TPOT ms {c}" for c in rows[0]["tpot_ms"]]]
         table = [header]
         for row in rows:
             table.append([
@@ -270,10 +297,12 @@ def format_report(cells: list[dict], windows: list[dict]) -> str:
                 *[_spread_text(row["tokens_per_s"][c]) for c in configs],
                 *[_num(row["speedup"][c]) for c in row["speedup"]],
                 _num(row["plugin_over_in_tree"]), _num(row["acceptance_length"]),
+                *[_num(row["tpot_ms"][c]) for c in row["tpot_ms"]],
             ])
         widths = [max(len(r[i]) for r in table) for i in range(len(header))]
         lines.append(f"\nconcurrency {concurrency} (tokens/s: median [min-max] over repeats, "
-                     "client side; speedup: ratio of medians vs no speculation)")
+                     "client side; speedup: ratio of medians vs no speculation; TPOT: server's median "
+                     "time per output token)")
         lines += ["  " + "  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in table]
         k, speedup = best_k(rows)
         if speedup is None:
@@ -351,24 +380,28 @@ def run(args, grid: dict, out: str) -> tuple[list[dict], list[dict]]:
     prompts = tiny_corpus.demo_prompts(grid["prompts"])
     configs = grid["configs"]
     extra = bench_server_args(args.server_args, tiny_default=args.target_is_tiny)
-    order = schedule(grid["k"], grid["concurrency"], grid["repeats"], configs)
+    order = schedule(grid["k"], grid["concurrency"], grid["repeats"], configs,
+                     grid["max_servers"])
     windows: list[dict] = []
     progress = tqdm(total=len(order), desc="bench-e2e windows", unit="window",
                     file=sys.stderr, dynamic_ncols=True)
     servers: dict[str, tuple[serving.Server, str]] = {}
 
+    def say(message: str) -> None:
+        progress.write(message, file=sys.stderr)  # tqdm.write defaults to stdout
+
     def start(stack: ExitStack, config: str, k: int) -> None:
         spec = server_config(config, args.draft, k)
         log = os.path.join(out, f"server-{config}" + (f"-k{k}" if spec else "") + ".log")
         env = {**serving.default_env(), **CONFIGS[config].env}
-        progress.write(f"starting {config} ({CONFIGS[config].description}"
+        say(f"starting {config} ({CONFIGS[config].description}"
                        + (f", k={k}" if spec else "") + f"); log {log}")
         started = time.perf_counter()
         server = stack.enter_context(serving.running_server(
             args.target, log, spec, extra, env=env, startup_timeout=args.startup_timeout))
         model = server.model_name()
         warm_up(server, model, prompts, grid)
-        progress.write(f"  {config} ready and warmed up in {time.perf_counter() - started:.0f}s")
+        say(f"  {config} ready and warmed up in {time.perf_counter() - started:.0f}s")
         progress.unpause()  # the ETA is over measurement windows, not server starts
         servers[config] = (server, model)
 
@@ -376,26 +409,26 @@ def run(args, grid: dict, out: str) -> tuple[list[dict], list[dict]]:
         if NONE in configs:
             start(whole, NONE, 0)
         for k in grid["k"]:
-            with ExitStack() as this_k:
-                for config in configs:
-                    if CONFIGS[config].speculative:
-                        start(this_k, config, k)
-                for k_, round_, concurrency, config in order:
-                    if k_ != k:
-                        continue
-                    progress.set_postfix_str(f"k={k} round {round_ + 1} c={concurrency} {config}")
-                    server, model = servers[config]
-                    w = measure_window(server, model, prompts, concurrency, grid["max_tokens"])
-                    problem = window_problem(config, w["counters"])
-                    if problem:
-                        raise BenchError(f"{problem} (log {server.log_path})")
-                    windows.append({"k": k, "round": round_, "concurrency": concurrency,
-                                    "config": config, **w})
-                    progress.update()
+            for g, group in enumerate(server_groups(configs, grid["max_servers"])):
+                with ExitStack() as alive:
+                    for config in group:
+                        start(alive, config, k)
+                    for k_, g_, round_, concurrency, config in order:
+                        if (k_, g_) != (k, g):
+                            continue
+                        progress.set_postfix_str(f"k={k} round {round_ + 1} c={concurrency} "
+                                                 f"{config}")
+                        server, model = servers[config]
+                        w = measure_window(server, model, prompts, concurrency,
+                                           grid["max_tokens"])
+                        problem = window_problem(config, w["counters"])
+                        if problem:
+                            raise BenchError(f"{problem} (log {server.log_path})")
+                        windows.append({"k": k, "group": g, "round": round_,
+                                        "concurrency": concurrency, "config": config, **w})
+                        progress.update()
     progress.close()
-    cells = [cell(config, k, concurrency,
-                  [w for w in windows if (w["k"], w["concurrency"], w["config"])
-                   == (k, concurrency, config)])
+    cells = [cell(config, k, concurrency, windows)
              for k in grid["k"] for concurrency in grid["concurrency"] for config in configs]
     return cells, windows
 
@@ -495,6 +528,11 @@ def parse_args(argv):
                    f"{DEFAULTS['prompts']})")
     p.add_argument("--configs", type=_config_list,
                    help=f"subset of {','.join(CONFIGS)} (default all)")
+    p.add_argument("--max-servers", type=int,
+                   help="servers alive at once, the no-speculation one included (default: "
+                        "all configurations of one k together; --quick: 2). Configurations "
+                        "not alive together are compared through their speedups over no "
+                        "speculation, each measured in its own interleaved rounds")
     p.add_argument("--server-args", type=shlex.split, default=[],
                    help="arguments for every server, e.g. \"--tensor-parallel-size 8 "
                         "--trust-remote-code\"; the command adds only --seed 0 unless you "
@@ -528,7 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(out, exist_ok=True)
     print(f"bench-e2e: {args.target} with {args.draft}; k {grid['k']}, concurrency "
           f"{grid['concurrency']}, {grid['repeats']} repeats, {grid['prompts']} prompts x "
-          f"{grid['max_tokens']} tokens, configs {','.join(grid['configs'])}; server args: "
+          f"{grid['max_tokens']} tokens, configs {','.join(grid['configs'])}, servers at once: "
+          f"{grid['max_servers'] or 'all of one k'}; server args: "
           f"{' '.join(bench_server_args(args.server_args, args.target_is_tiny))}",
           file=sys.stderr, flush=True)
     try:
