@@ -271,7 +271,7 @@ def goal_checks(cells: list[dict], windows: list[dict]) -> list[dict]:
             "goal": f"recommended k is the measured best (concurrency {concurrency})",
             "status": status,
             "detail": (f"recommended {_k_name(recommended)} by median speedup; best in each "
-                       f"round (paired with no speculation): "
+                       f"round (paired with no speculation; a tie counts as best): "
                        f"{', '.join(_k_name(w) for w in winners)}"),
         })
     return checks
@@ -301,8 +301,8 @@ def format_report(cells: list[dict], windows: list[dict]) -> str:
             ])
         widths = [max(len(r[i]) for r in table) for i in range(len(header))]
         lines.append(f"\nconcurrency {concurrency} (tokens/s: median [min-max] over repeats, "
-                     "client side; speedup: ratio of medians vs no speculation; TPOT: server's median "
-                     "time per output token)")
+                     "client side; speedup: ratio of medians, over the no-speculation windows of the "
+                     "same rounds; TPOT: the server's median time per output token)")
         lines += ["  " + "  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in table]
         k, speedup = best_k(rows)
         if speedup is None:
@@ -459,6 +459,7 @@ def write_png(path: str, cells: list[dict]) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     rows = speedup_rows(cells)
     lead = next(iter(rows.values()))[0]["lead"] if rows else None
@@ -486,6 +487,8 @@ def write_png(path: str, cells: list[dict]) -> None:
     right.set_ylabel("speedup vs no speculation (tokens/s)")
     right.set_title(f"speedup ({lead})")
     right.legend(fontsize="small")
+    for axis in (left, right):
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
