@@ -100,12 +100,26 @@ def test_best_k_per_concurrency_and_no_speculation_when_nothing_wins():
     assert best_k(rows[4]) == (None, 0.901)
     plugin = next(c for c in cells if (c["config"], c["k"], c["concurrency"]) == (PLUGIN, 3, 1))
     assert plugin["speedup"] == 1.099 and plugin["baseline_tokens_per_s"] == 101.0
+    # Both speedups agree (tpot_ms = 1000 / tokens/s in these windows).
+    assert plugin["speedup_time_per_output_token"] == 1.099 and plugin["speedups_consistent"]
     assert plugin["drafts"] == 30 and plugin["acceptance_length"] == 2.5
     assert plugin["acceptance_by_position"] == [0.5, 0.5, 0.5]
     text = format_report(cells, windows)
     print(text)
+    assert "*" not in text
     assert "best k at concurrency 1: k=1 (speedup 1.198x, plugin)" in text
     assert "best k at concurrency 4: no k beats no speculation" in text
+
+
+def test_speedups_that_disagree_are_flagged():
+    windows = [dict(w, tpot_ms=w["tpot_ms"] * (2 if w["config"] == PLUGIN else 1))
+               for w in _grid_windows()]
+    cells = cells_of(windows, [NONE, PLUGIN, IN_TREE], [1, 3], [1, 4])
+    plugin = next(c for c in cells if (c["config"], c["k"], c["concurrency"]) == (PLUGIN, 1, 1))
+    assert plugin["speedup"] == 1.198 and plugin["speedup_time_per_output_token"] == 0.599
+    assert plugin["speedups_consistent"] is False
+    text = format_report(cells, windows)
+    assert "0.599*" in text and "* more than 25% away from the tokens/s speedup" in text
 
 
 def test_goal_checks_pass_and_fail_with_the_figures():
@@ -165,6 +179,9 @@ def test_cli_refuses_a_bad_grid_before_starting_a_server(tmp_path):
     assert proc.returncode == 2 and "unknown config(s) ['plugn']" in proc.stderr
     proc = _cli("--target", "t", "--out", str(tmp_path))
     assert proc.returncode == 2 and "both --target and --draft" in proc.stderr
+    proc = _cli("--repeats", "0", "--out", str(tmp_path))
+    assert proc.returncode == 2 and "--repeats: expected positive integers" in proc.stderr
+    assert "starting" not in proc.stdout + proc.stderr
 
 
 @requires_mla_engine()

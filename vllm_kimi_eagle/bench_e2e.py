@@ -149,17 +149,26 @@ def cell(config: str, k: int, concurrency: int, windows: list[dict]) -> dict:
     """One JSON object per cell from all windows of the run (``measure_window`` dicts
     with their place in the schedule). A speculative cell's speedup is its median over
     the median of the no-speculation windows of the same rounds (same k, same server
-    group); the no-speculation cell of k pools its windows of every group of k."""
+    group); the no-speculation cell of k pools its windows of every group of k. The
+    server's time per output token gives a second speedup; ``consistent`` says whether the
+    two agree within the eval's tolerance (``evaluate.speedups``)."""
     mine = [w for w in windows if (w["config"], w["k"], w["concurrency"]) == (config, k, concurrency)]
     groups = {w["group"] for w in mine}
-    base = [w["tokens_per_s"] for w in windows if w["config"] == NONE and w["k"] == k
+    base = [w for w in windows if w["config"] == NONE and w["k"] == k
             and w["concurrency"] == concurrency and w["group"] in groups]
     pooled = spec_metrics.SpecCounters()
     for w in mine:
         pooled = pooled + w["counters"]
     speculative = CONFIGS[config].speculative
     tokens_per_s = spread([w["tokens_per_s"] for w in mine])
-    baseline = spread(base)["median"] if speculative else None
+    tpot = spread([w["tpot_ms"] for w in mine])
+    both = {"speedup_generation": None, "speedup_time_per_output_token": None,
+            "consistent": None}
+    if speculative:
+        both = evaluate.speedups(
+            {"tokens_per_s": spread([w["tokens_per_s"] for w in base])["median"],
+             "mean_time_per_output_token_ms": spread([w["tpot_ms"] for w in base])["median"]},
+            {"tokens_per_s": tokens_per_s["median"], "mean_time_per_output_token_ms": tpot["median"]})
     return {
         "config": config,
         "k": k if speculative else 0,
@@ -168,9 +177,12 @@ def cell(config: str, k: int, concurrency: int, windows: list[dict]) -> dict:
         "repeats": len(mine),
         "requests_per_window": mine[0]["requests"] if mine else 0,
         "tokens_per_s": tokens_per_s,
-        "time_per_output_token_ms": spread([w["tpot_ms"] for w in mine]),
-        "baseline_tokens_per_s": baseline,
-        "speedup": ratio(tokens_per_s["median"], baseline) if speculative else None,
+        "time_per_output_token_ms": tpot,
+        "baseline_tokens_per_s": spread([w["tokens_per_s"] for w in base])["median"]
+                                 if speculative else None,
+        "speedup": both["speedup_generation"],
+        "speedup_time_per_output_token": both["speedup_time_per_output_token"],
+        "speedups_consistent": both["consistent"],
         "acceptance_length_per_repeat": (spread([w["counters"].acceptance_length for w in mine])
                                          if speculative else None),
         **pooled.summary(),
@@ -203,6 +215,9 @@ def speedup_rows(cells: list[dict]) -> dict[int, list[dict]]:
                    "acceptance_length": here[lead]["acceptance_length"] if lead in here else None,
                    "tpot_ms": {name: here[name]["time_per_output_token_ms"]["median"]
                                for name in (NONE, lead) if name in here},
+                   "speedup_tpot": here[lead]["speedup_time_per_output_token"]
+                                   if lead in here else None,
+                   "consistent": here[lead]["speedups_consistent"] if lead in here else None,
                    "lead": lead}
             rows.setdefault(concurrency, []).append(row)
     return rows
@@ -289,7 +304,8 @@ def format_report(cells: list[dict], windows: list[dict]) -> str:
         lead = rows[0]["lead"]
         header = ["k", *[f"{c} tok/s" for c in configs],
                   *[f"speedup {c}" for c in rows[0]["speedup"]], "plugin/in-tree",
-                  f"accept len ({lead})", *[f"TPOT ms {c}" for c in rows[0]["tpot_ms"]]]
+                  f"accept len ({lead})", *[f"TPOT ms {c}" for c in rows[0]["tpot_ms"]],
+                  f"speedup by TPOT ({lead})"]
         table = [header]
         for row in rows:
             table.append([
@@ -298,12 +314,17 @@ def format_report(cells: list[dict], windows: list[dict]) -> str:
                 *[_num(row["speedup"][c]) for c in row["speedup"]],
                 _num(row["plugin_over_in_tree"]), _num(row["acceptance_length"]),
                 *[_num(row["tpot_ms"][c]) for c in row["tpot_ms"]],
+                _num(row["speedup_tpot"]) + ("*" if row["consistent"] is False else ""),
             ])
         widths = [max(len(r[i]) for r in table) for i in range(len(header))]
         lines.append(f"\nconcurrency {concurrency} (tokens/s: median [min-max] over repeats, "
                      "client side; speedup: ratio of medians, over the no-speculation windows of the "
                      "same rounds; TPOT: the server's median time per output token)")
         lines += ["  " + "  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in table]
+        if any(row["consistent"] is False for row in rows):
+            lines.append(f"  * more than {evaluate.CONSISTENCY_TOLERANCE:.0%} away from the "
+                         "tokens/s speedup: prefill, queueing or a busy machine weigh in; "
+                         "use more --prompts, --max-tokens and --repeats")
         k, speedup = best_k(rows)
         if speedup is None:
             lines.append(f"best k at concurrency {concurrency}: nothing to compare (needs "
@@ -505,6 +526,13 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+def _positive(text: str) -> int:
+    values = _int_list(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"expected one positive integer, got {text!r}")
+    return values[0]
+
+
 def _config_list(text: str) -> list[str]:
     names = [v.strip() for v in text.split(",") if v.strip()]
     unknown = [n for n in names if n not in CONFIGS]
@@ -523,15 +551,15 @@ def parse_args(argv):
                    f"{','.join(map(str, DEFAULTS['k']))})")
     p.add_argument("--concurrency", type=_int_list, help="client concurrencies (default "
                    f"{','.join(map(str, DEFAULTS['concurrency']))})")
-    p.add_argument("--repeats", type=int, help=f"interleaved repeats per cell (default "
+    p.add_argument("--repeats", type=_positive, help=f"interleaved repeats per cell (default "
                    f"{DEFAULTS['repeats']})")
-    p.add_argument("--max-tokens", type=int, help=f"output tokens per request (default "
+    p.add_argument("--max-tokens", type=_positive, help=f"output tokens per request (default "
                    f"{DEFAULTS['max_tokens']})")
-    p.add_argument("--prompts", type=int, help=f"distinct prompts per window (default "
+    p.add_argument("--prompts", type=_positive, help=f"distinct prompts per window (default "
                    f"{DEFAULTS['prompts']})")
     p.add_argument("--configs", type=_config_list,
                    help=f"subset of {','.join(CONFIGS)} (default all)")
-    p.add_argument("--max-servers", type=int,
+    p.add_argument("--max-servers", type=_positive,
                    help="servers alive at once, the no-speculation one included (default: "
                         "all configurations of one k together; --quick: 2). Configurations "
                         "not alive together are compared through their speedups over no "
