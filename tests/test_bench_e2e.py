@@ -73,6 +73,13 @@ def test_a_speculative_window_without_drafts_is_an_error():
     assert "drafts in a window without speculation" in window_problem(NONE, SpecCounters(drafts=3))
 
 
+def test_servers_that_would_not_load_the_plugin_are_refused():
+    assert bench_e2e.plugin_problem([NONE, PLUGIN], {}) is None
+    assert bench_e2e.plugin_problem([NONE, PLUGIN], {"VLLM_PLUGINS": "a, kimi_eagle"}) is None
+    assert bench_e2e.plugin_problem([NONE], {"VLLM_PLUGINS": ""}) is None
+    assert "add kimi_eagle" in bench_e2e.plugin_problem([NONE, IN_TREE], {"VLLM_PLUGINS": ""})
+
+
 def test_user_server_args_are_never_overridden():
     assert bench_e2e.bench_server_args([], tiny_default=True) == ["--seed", "0", "--enforce-eager"]
     assert bench_e2e.bench_server_args(["--seed=3", "--max-model-len", "9"], True) == [

@@ -123,6 +123,17 @@ def schedule(ks: list[int], concurrencies: list[int], repeats: int, configs: lis
     return order
 
 
+def plugin_problem(configs: list[str], environ) -> str | None:
+    """Why the servers would not load the plugin although configurations need it."""
+    plugins = environ.get("VLLM_PLUGINS")
+    needs = [c for c in configs if c != NONE]
+    if plugins is None or not needs or "kimi_eagle" in [p.strip() for p in plugins.split(",")]:
+        return None
+    return (f"VLLM_PLUGINS={plugins!r} keeps vLLM from loading this plugin, so configs "
+            f"{', '.join(needs)} would all be vLLM without it; unset VLLM_PLUGINS or add "
+            "kimi_eagle to it")
+
+
 def server_config(config: str, draft: str, k: int) -> dict | None:
     """The --speculative-config of a configuration at k (None: no speculation)."""
     spec = CONFIGS[config]
@@ -593,6 +604,10 @@ def main(argv: list[str] | None = None) -> int:
         folder = tiny_models.ensure_tiny_models()
         args.target, args.draft = os.path.join(folder, "target"), os.path.join(folder, "draft")
     grid = settings(args)
+    problem = plugin_problem(grid["configs"], os.environ)
+    if problem:
+        print(f"vllm-kimi-eagle bench-e2e: {problem}", file=sys.stderr)
+        return 2
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     print(f"bench-e2e: {args.target} with {args.draft}; k {grid['k']}, concurrency "
