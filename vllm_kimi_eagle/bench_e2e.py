@@ -36,6 +36,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import statistics
 import sys
 import time
@@ -616,6 +617,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{grid['max_servers'] or 'all of one k'}; server args: "
           f"{' '.join(bench_server_args(args.server_args, args.target_is_tiny))}",
           file=sys.stderr, flush=True)
+    # A killed benchmark stops its servers (they run in sessions of their own): SIGTERM
+    # becomes SystemExit, which unwinds through every running_server.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         cells, windows = run(args, grid, out)
     except (BenchError, serving.ServerError) as err:
