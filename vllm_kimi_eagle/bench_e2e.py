@@ -70,7 +70,7 @@ CONFIGS = {
 DEFAULTS = {"k": [1, 2, 3, 4, 5], "concurrency": [1, 4, 16], "repeats": 3, "max_tokens": 64,
             "prompts": 8, "configs": list(CONFIGS), "max_servers": None}
 # --quick: a grid measured to finish in under 10 minutes on 2 loaded cores (tiny models).
-QUICK = {"k": [1, 3], "concurrency": [1, 4], "repeats": 2, "max_tokens": 32, "prompts": 4,
+QUICK = {"k": [1, 3], "concurrency": [1, 4], "repeats": 3, "max_tokens": 32, "prompts": 4,
          "configs": [NONE, PLUGIN, IN_TREE], "max_servers": 2}
 # With the tiny default models (no --target) and no --server-args: eager mode starts in
 # about half the time of compiled mode on a CPU.
