@@ -114,8 +114,11 @@ def test_best_k_per_concurrency_and_no_speculation_when_nothing_wins():
     text = format_report(cells, windows)
     print(text)
     assert "*" not in text
-    assert "best k at concurrency 1: k=1 (speedup 1.198x, plugin)" in text
-    assert "best k at concurrency 4: no k beats no speculation" in text
+    assert plugin["speedup_per_round"]["values"] == [1.1, 1.099, 1.098]  # 110/100, 111/101, ...
+    assert "best k at concurrency 1: k=1 (speedup 1.198x, plugin; paired per round " \
+           "1.20-1.20x)" in text
+    assert "best k at concurrency 4: no k beats no speculation (best plugin speedup 0.901x " \
+           "at k=1; paired per round 0.90-0.90x)" in text
 
 
 def test_speedups_that_disagree_are_flagged():

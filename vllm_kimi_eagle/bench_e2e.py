@@ -174,6 +174,9 @@ def cell(config: str, k: int, concurrency: int, windows: list[dict]) -> dict:
     speculative = CONFIGS[config].speculative
     tokens_per_s = spread([w["tokens_per_s"] for w in mine])
     tpot = spread([w["tpot_ms"] for w in mine])
+    partner = {(w["group"], w["round"]): w["tokens_per_s"] for w in base}
+    per_round = [w["tokens_per_s"] / partner[w["group"], w["round"]] for w in mine
+                 if (w["group"], w["round"]) in partner]
     both = {"speedup_generation": None, "speedup_time_per_output_token": None,
             "consistent": None}
     if speculative:
@@ -195,6 +198,7 @@ def cell(config: str, k: int, concurrency: int, windows: list[dict]) -> dict:
         "speedup": both["speedup_generation"],
         "speedup_time_per_output_token": both["speedup_time_per_output_token"],
         "speedups_consistent": both["consistent"],
+        "speedup_per_round": spread(per_round) if speculative else None,
         "acceptance_length_per_repeat": (spread([w["counters"].acceptance_length for w in mine])
                                          if speculative else None),
         **pooled.summary(),
@@ -230,9 +234,18 @@ def speedup_rows(cells: list[dict]) -> dict[int, list[dict]]:
                    "speedup_tpot": here[lead]["speedup_time_per_output_token"]
                                    if lead in here else None,
                    "consistent": here[lead]["speedups_consistent"] if lead in here else None,
+                   "per_round": here[lead]["speedup_per_round"] if lead in here else None,
                    "lead": lead}
             rows.setdefault(concurrency, []).append(row)
     return rows
+
+
+def _round_spread(rows: list[dict], k: int | None) -> str:
+    """', paired per round min-max' of the row whose k is given (the best one)."""
+    spread_ = next((row["per_round"] for row in rows if row["k"] == k), None)
+    if not spread_ or spread_["min"] is None:
+        return ""
+    return f"; paired per round {spread_['min']:.2f}-{spread_['max']:.2f}x"
 
 
 def best_k(rows: list[dict]) -> tuple[int | None, float | None]:
@@ -342,11 +355,14 @@ def format_report(cells: list[dict], windows: list[dict]) -> str:
             lines.append(f"best k at concurrency {concurrency}: nothing to compare (needs "
                          "config none)")
         elif k is None:
+            best_row = max((row for row in rows if row["speedup"].get(lead) is not None),
+                           key=lambda row: row["speedup"][lead])
             lines.append(f"best k at concurrency {concurrency}: no k beats no speculation "
-                         f"(best {lead} speedup {speedup}x): serve without a draft")
+                         f"(best {lead} speedup {speedup}x at k={best_row['k']}"
+                         f"{_round_spread(rows, best_row['k'])}): serve without a draft")
         else:
             lines.append(f"best k at concurrency {concurrency}: k={k} (speedup {speedup}x, "
-                         f"{lead})")
+                         f"{lead}{_round_spread(rows, k)})")
     lines.append("")
     for check in goal_checks(cells, windows):
         lines.append(f"{check['status']}: {check['goal']}: {check['detail']}")
