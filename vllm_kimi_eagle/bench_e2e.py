@@ -164,7 +164,8 @@ def cell(config: str, k: int, concurrency: int, windows: list[dict]) -> dict:
     group); the no-speculation cell of k pools its windows of every group of k. The
     server's time per output token gives a second speedup; ``consistent`` says whether the
     two agree within the eval's tolerance (``evaluate.speedups``)."""
-    mine = [w for w in windows if (w["config"], w["k"], w["concurrency"]) == (config, k, concurrency)]
+    mine = [w for w in windows
+            if (w["config"], w["k"], w["concurrency"]) == (config, k, concurrency)]
     groups = {w["group"] for w in mine}
     base = [w for w in windows if w["config"] == NONE and w["k"] == k
             and w["concurrency"] == concurrency and w["group"] in groups]
@@ -183,7 +184,8 @@ def cell(config: str, k: int, concurrency: int, windows: list[dict]) -> dict:
         both = evaluate.speedups(
             {"tokens_per_s": spread([w["tokens_per_s"] for w in base])["median"],
              "mean_time_per_output_token_ms": spread([w["tpot_ms"] for w in base])["median"]},
-            {"tokens_per_s": tokens_per_s["median"], "mean_time_per_output_token_ms": tpot["median"]})
+            {"tokens_per_s": tokens_per_s["median"],
+             "mean_time_per_output_token_ms": tpot["median"]})
     return {
         "config": config,
         "k": k if speculative else 0,
@@ -343,8 +345,8 @@ def format_report(cells: list[dict], windows: list[dict]) -> str:
             ])
         widths = [max(len(r[i]) for r in table) for i in range(len(header))]
         lines.append(f"\nconcurrency {concurrency} (tokens/s: median [min-max] over repeats, "
-                     "client side; speedup: ratio of medians, over the no-speculation windows of the "
-                     "same rounds; TPOT: the server's median time per output token)")
+                     "client side; speedup: ratio of medians, over the no-speculation "
+                     "windows of the same rounds; TPOT: the server's median time per output token)")
         lines += ["  " + "  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in table]
         if any(row["consistent"] is False for row in rows):
             lines.append(f"  * more than {evaluate.CONSISTENCY_TOLERANCE:.0%} away from the "
@@ -548,7 +550,8 @@ def _int_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError as err:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from err
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from err
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return values
