@@ -41,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         from vllm_kimi_eagle import bench_sampler
 
         return bench_sampler.main(argv[1:])
+    if argv[:1] == ["bench-e2e"]:  # its own options; see bench_e2e.py
+        from vllm_kimi_eagle import bench_e2e
+
+        return bench_e2e.main(argv[1:])
     if argv[:1] == ["eval"]:  # its own options; see evaluate.py
         from vllm_kimi_eagle import evaluate
 
@@ -63,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser(
         "eval",
         help="lm-eval accuracy and acceptance with and without the draft (--help for options)",
+    )
+    commands.add_parser(
+        "bench-e2e",
+        help="tokens/s and acceptance vs k and concurrency against real vLLM servers: "
+             "no speculation, the plugin, vLLM's in-tree class (--help for options)",
     )
     commands.add_parser(
         "bench-sampler",

@@ -73,17 +73,24 @@ class SpecCounters:
     accepted: float = 0.0
     accepted_per_pos: dict[int, float] = field(default_factory=dict)
 
-    def __sub__(self, earlier: "SpecCounters") -> "SpecCounters":
-        positions = set(self.accepted_per_pos) | set(earlier.accepted_per_pos)
+    def _combine(self, other: "SpecCounters", sign: float) -> "SpecCounters":
+        positions = set(self.accepted_per_pos) | set(other.accepted_per_pos)
         return SpecCounters(
-            self.drafts - earlier.drafts,
-            self.draft_tokens - earlier.draft_tokens,
-            self.accepted - earlier.accepted,
+            self.drafts + sign * other.drafts,
+            self.draft_tokens + sign * other.draft_tokens,
+            self.accepted + sign * other.accepted,
             {
-                p: self.accepted_per_pos.get(p, 0.0) - earlier.accepted_per_pos.get(p, 0.0)
+                p: self.accepted_per_pos.get(p, 0.0) + sign * other.accepted_per_pos.get(p, 0.0)
                 for p in sorted(positions)
             },
         )
+
+    def __sub__(self, earlier: "SpecCounters") -> "SpecCounters":
+        return self._combine(earlier, -1.0)
+
+    def __add__(self, other: "SpecCounters") -> "SpecCounters":
+        """Counters of two windows pooled (e.g. the repeats of one benchmark cell)."""
+        return self._combine(other, 1.0)
 
     @property
     def acceptance_length(self) -> float | None:
