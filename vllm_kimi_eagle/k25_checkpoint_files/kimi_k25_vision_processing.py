@@ -3,7 +3,7 @@ trust_remote_code like the real checkpoint's kimi_k25_vision_processing.py.
 
 Images only (no video chunks). An image is scaled down (never up) until it has at most
 ``in_patch_limit`` patches of ``patch_size`` pixels and at most
-``patch_limit_on_one_side`` patches per side, padded with zeros to a multiple of
+``patch_limit_on_one_side`` patches per side, padded with black to a multiple of
 ``merge_kernel_size * patch_size`` on each side, normalized, and cut into patches; it
 takes one ``<|media_pad|>`` token per merged ``merge_kernel_size``² block of patches.
 """
@@ -53,9 +53,9 @@ class KimiK25VisionProcessor(BaseImageProcessor):
             size = self.resize_config(*image.size)
             resized = image.resize((size["new_width"], size["new_height"]),
                                    resample=Image.Resampling.BICUBIC)
-            pixels = (np.asarray(resized, dtype=np.float32) / 255.0 - mean) / std
             canvas = np.zeros((size["padded_height"], size["padded_width"], 3), np.float32)
-            canvas[: size["new_height"], : size["new_width"]] = pixels
+            canvas[: size["new_height"], : size["new_width"]] = np.asarray(resized)
+            canvas = (canvas / 255.0 - mean) / std  # the padding is black, normalized too
             gh, gw = size["padded_height"] // patch, size["padded_width"] // patch
             patches = canvas.reshape(gh, patch, gw, patch, 3).transpose(0, 2, 4, 1, 3)
             pixel_values.append(patches.reshape(gh * gw, 3, patch, patch))
