@@ -187,11 +187,12 @@ def main(spec: dict) -> dict:
         model = _draft_model(llm)
         result["draft_class"] = f"{type(model).__module__}:{type(model).__name__}"
     import vllm_kimi_eagle
+    from vllm_kimi_eagle import vllm_compat
 
     model_config = llm.llm_engine.model_config
     result.update(
         plugin_file=vllm_kimi_eagle.__file__,
-        supports_multimodal_inputs=model_config.supports_multimodal_inputs,
+        supports_multimodal_inputs=vllm_compat.supports_multimodal_inputs(model_config),
         total_layers=model_config.get_total_num_hidden_layers(),
     )
     result.update(llm.collective_rpc(_runner_facts)[0])
@@ -202,7 +203,10 @@ def main(spec: dict) -> dict:
         image_messages = [[{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": _image_url(p["image"])}},
             {"type": "text", "text": p["text"]}]}] for p in spec["image_prompts"]]
-        result["image"] = _chat(llm, image_messages, params)
+        try:
+            result["image"] = _chat(llm, image_messages, params)
+        except Exception as err:  # e.g. refused with --language-model-only: report it
+            result["image_error"] = f"{type(err).__name__}: {err}"
     if spec.get("replicated_checksums"):
         result["replicated_checksums"] = llm.collective_rpc(_replicated_checksums)
     if captured:

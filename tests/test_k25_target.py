@@ -100,15 +100,16 @@ def test_k25_target_wraps_the_text_target_unchanged(tiny, k25):
 def test_shipped_config_and_image_processor_agree_with_vllms(k25):
     """The remote-code files load in transformers, and our image processor cuts an image
     exactly as vLLM's own (fused) Kimi-K2.5 processor does: same grid, same tokens,
-    same pixels."""
+    same pixels; our processor repeats <|media_pad|> that many times."""
     result = run_python(f"""
         import json, numpy as np
         from PIL import Image
-        from transformers import AutoConfig, AutoImageProcessor
+        from transformers import AutoConfig, AutoImageProcessor, AutoProcessor
         from vllm.transformers_utils.processors.kimi_k25_vision_fused import (
             KimiK25FusedVisionProcessor)
         config = AutoConfig.from_pretrained({k25!r}, trust_remote_code=True)
         ours = AutoImageProcessor.from_pretrained({k25!r}, trust_remote_code=True)
+        processor = AutoProcessor.from_pretrained({k25!r}, trust_remote_code=True)
         vllms = KimiK25FusedVisionProcessor.from_pretrained({k25!r})
         rng = np.random.default_rng(0)
         rows = []
@@ -116,8 +117,10 @@ def test_shipped_config_and_image_processor_agree_with_vllms(k25):
             image = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
             item = {{"type": "image", "image": image, "uuid": None}}
             a, b = ours.preprocess([item]), vllms.preprocess([item])
+            expanded = processor(text="<|media_pad|> count", images=[image])["input_ids"][0]
             rows.append({{"tokens": [ours.media_tokens_calculator(item),
-                                      vllms.media_tokens_calculator(item)],
+                                      vllms.media_tokens_calculator(item),
+                                      expanded.count({tiny_k25.MEDIA_TOKENS["<|media_pad|>"]})],
                           "grid": [a["grid_thws"].tolist(), b["grid_thws"].tolist()],
                           "max_diff": float((a["pixel_values"] - b["pixel_values"]).abs().max())}})
         print(json.dumps({{"layers": config.text_config.num_hidden_layers,
@@ -125,32 +128,36 @@ def test_shipped_config_and_image_processor_agree_with_vllms(k25):
     """)
     assert result["layers"] == 6 and result["vision_hidden"] == 64
     for row in result["rows"]:
-        assert row["tokens"][0] == row["tokens"][1] > 0, row
+        assert row["tokens"][0] == row["tokens"][1] == row["tokens"][2] > 0, row
         assert row["grid"][0] == row["grid"][1], row
         assert row["max_diff"] < 1e-5, row
 
 
 def test_vllm_reads_the_text_config_and_media_token(k25):
-    """vLLM's view of target-k25: its own Kimi_K25Config (not our remote code), the text
-    config's 6 layers, the vision config's real sizes (not transformers' defaults), the
-    media token from the tokenizer; --language-model-only turns multimodal inputs off."""
+    """vLLM's view of target-k25: the config class of its own registry (vLLM's
+    KimiK25Config up to 0.31, transformers' Kimi_K25Config from 0.32; never our remote
+    code), the text config's 6 layers, the vision config's real sizes (not the class
+    defaults, Kimi's 1152), the media token; --language-model-only turns multimodal
+    inputs off."""
     result = run_python(f"""
         import json
         from vllm.config import ModelConfig
         from vllm.multimodal import MULTIMODAL_REGISTRY
+        from vllm_kimi_eagle.vllm_compat import supports_multimodal_inputs
         out = {{}}
         for lmo in (False, True):
             mc = ModelConfig(model={k25!r}, trust_remote_code=True, language_model_only=lmo)
-            out[str(lmo)] = {{"config": type(mc.hf_config).__name__,
+            out[str(lmo)] = {{"config": type(mc.hf_config).__module__,
                              "layers": mc.get_total_num_hidden_layers(), "use_mla": mc.use_mla,
                              "vision_hidden": mc.hf_config.vision_config.hidden_size,
-                             "mm_inputs": mc.supports_multimodal_inputs}}
+                             "mm_inputs": supports_multimodal_inputs(mc)}}
         out["media_token_id"] = MULTIMODAL_REGISTRY.get_processing_info(mc).media_token_id
         print(json.dumps(out))
     """)
     full, text_only = result["False"], result["True"]
     assert full == dict(text_only, mm_inputs=True)
-    assert full["config"] == "Kimi_K25Config" and full["layers"] == 6 and full["use_mla"]
+    assert not full["config"].startswith("transformers_modules"), full
+    assert full["layers"] == 6 and full["use_mla"]
     assert full["vision_hidden"] == tiny_k25.VISION["hidden_size"]
     assert text_only["mm_inputs"] is False
     assert result["media_token_id"] == tiny_k25.MEDIA_TOKENS["<|media_pad|>"]
@@ -188,7 +195,7 @@ def k25_engine(tiny: str, k25: str, name: str) -> dict:
         elif name == "base":
             spec.update(draft=None, image_prompts=IMAGE_PROMPTS)
         elif name == "language-model-only":
-            spec["language_model_only"] = True
+            spec.update(language_model_only=True, image_prompts=IMAGE_PROMPTS[:1])
         ENGINES[name] = served(run_engine(spec, env=MULTIPROCESS))
     return ENGINES[name]
 
@@ -245,11 +252,13 @@ def test_k25_image_prompts_lossless_with_the_draft(tiny, k25):
 @needs_engine
 def test_k25_language_model_only(tiny, k25):
     """--language-model-only: the same text outputs and acceptance, no vision tower, no
-    multimodal inputs (an image prompt would be refused)."""
+    multimodal inputs: an image prompt is refused."""
     result = k25_engine(tiny, k25, "language-model-only")
     text = served(engine(tiny, "draft"))
     assert result["drafts"] > 0
     assert result["supports_multimodal_inputs"] is False
+    assert "image" not in result and result["image_error"]
+    print(f"\n[k25 --language-model-only] an image prompt: {result['image_error'][:200]}")
     assert result["model_class"] == "KimiK25ForConditionalGeneration"
     assert result["aux_layers"] == [2, 3, 5]
     assert result["token_ids"] == text["token_ids"]

@@ -9,8 +9,6 @@ MEDIA_PAD = "<|media_pad|>"
 
 class KimiK25Processor(ProcessorMixin):
     attributes = ["image_processor", "tokenizer"]
-    image_processor_class = "AutoImageProcessor"
-    tokenizer_class = "AutoTokenizer"
 
     def __init__(self, image_processor=None, tokenizer=None, **kwargs):
         super().__init__(image_processor, tokenizer, **kwargs)
