@@ -176,7 +176,19 @@ def main(spec: dict) -> dict:
         }
     started = time.time()
     llm = LLM(**kwargs)
-    result = {"engine_seconds": round(time.time() - started, 1)}
+    try:
+        return _serve(llm, spec, round(time.time() - started, 1))
+    finally:
+        # A separate engine core (VLLM_ENABLE_V1_MULTIPROCESSING=1) and its workers
+        # outlive os._exit() below, holding their memory: stop them first.
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:  # the result stands; a failed shutdown is only logged
+            traceback.print_exc()
+
+
+def _serve(llm, spec: dict, engine_seconds: float) -> dict:
+    result = {"engine_seconds": engine_seconds}
     captured: dict = {}
     if spec.get("capture_draft_io"):
         model = _draft_model(llm)
