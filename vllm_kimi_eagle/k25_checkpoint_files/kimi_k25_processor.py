@@ -2,6 +2,7 @@
 trust_remote_code like the real checkpoint's kimi_k25_processor.py: tokenizes the text
 and repeats each ``<|media_pad|>`` as many times as its image takes tokens."""
 
+from transformers import BatchFeature
 from transformers.processing_utils import ProcessorMixin
 
 MEDIA_PAD = "<|media_pad|>"
@@ -27,6 +28,4 @@ class KimiK25Processor(ProcessorMixin):
                     expanded += [pad] * counts.pop(0) if token == pad else [token]
                 ids.append(expanded)
             out["input_ids"] = ids
-        from transformers import BatchFeature
-
         return BatchFeature(data=out, tensor_type=return_tensors)
