@@ -153,7 +153,7 @@ def _chat(llm, messages, params) -> dict:
 
 
 def main(spec: dict) -> dict:
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
 
     kwargs = dict(
         model=spec["target"],
@@ -188,6 +188,8 @@ def main(spec: dict) -> dict:
 
 
 def _serve(llm, spec: dict, engine_seconds: float) -> dict:
+    from vllm import SamplingParams
+
     result = {"engine_seconds": engine_seconds}
     captured: dict = {}
     if spec.get("capture_draft_io"):
