@@ -4,6 +4,13 @@
                                  "max_tokens": 64, "num_speculative_tokens": 3,
                                  "capture_draft_io": false, "tensor_parallel_size": 1}'
 
+A multimodal target (Kimi-K2.5 shape) also takes "trust_remote_code", "language_model_only"
+and "image_prompts": [{"text": ..., "image": {"width": W, "height": H, "seed": S}}], chat
+messages with the image as a data: URL, run as a second batch whose results are under
+"image". KIMI_EAGLE_TEST_DRAFT_MM_EMBEDDINGS=1 in the environment (an experiment, not a
+plugin feature) lets the draft take the target's image embeddings at image positions
+(see _give_draft_mm_embeddings).
+
 Runs in its own process so that the plugin's registrations (or their absence, with
 VLLM_PLUGINS="" or VLLM_KIMI_EAGLE_DRAFT=upstream in the environment) are exactly those
 of a fresh vLLM process. The engine core runs in this process
@@ -17,6 +24,10 @@ import os
 import sys
 import time
 import traceback
+
+
+# The experiment switch (engine runs with a spawned engine core import this module too).
+DRAFT_MM_EMBEDDINGS_ENV = "KIMI_EAGLE_TEST_DRAFT_MM_EMBEDDINGS"
 
 
 def _draft_model(llm):
@@ -64,10 +75,85 @@ def _replicated_checksums(worker) -> dict:
     return {n: float(params[n].double().sum()) for n in names if n in params}
 
 
-def main(spec: dict) -> dict:
-    from vllm import LLM, SamplingParams
+def _image_url(image: dict) -> str:
+    """A deterministic RGB image (seeded noise over a gradient) as a PNG data: URL."""
+    import base64
+    import io
 
+    import numpy as np
+    from PIL import Image
+
+    w, h = image["width"], image["height"]
+    rng = np.random.default_rng(image.get("seed", 0))
+    gradient = np.linspace(0, 255, w, dtype=np.float32)[None, :, None]
+    pixels = np.clip(gradient + rng.normal(0, 40, (h, w, 3)), 0, 255).astype(np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def _give_draft_mm_embeddings() -> None:
+    """Experiment: the plugin's draft class declares SupportsMultiModalEmbeddings and
+    merges the target's multimodal embeddings at image positions (as vLLM's
+    mistral_large_3_eagle does), so the proposer passes them instead of text-only inputs."""
+    from vllm.model_executor.models.utils import _merge_multimodal_embeddings
+
+    from vllm_kimi_eagle.draft_model import Eagle3DeepseekV2ForCausalLM
+
+    def embed_input_ids(self, input_ids, multimodal_embeddings=None, *, is_multimodal=None):
+        embeds = self.model.embed_input_ids(input_ids)
+        if multimodal_embeddings is None or len(multimodal_embeddings) == 0:
+            return embeds
+        return _merge_multimodal_embeddings(inputs_embeds=embeds,
+                                            multimodal_embeddings=multimodal_embeddings,
+                                            is_multimodal=is_multimodal)
+
+    Eagle3DeepseekV2ForCausalLM.supports_multimodal_embeddings = True
+    Eagle3DeepseekV2ForCausalLM.embed_input_ids = embed_input_ids
+
+
+def _runner_facts(worker) -> dict:
+    """What the worker's model runner built (run in each worker): the target class, the
+    layers it captures for the draft and whether the drafter takes image embeddings."""
+    runner = worker.model_runner
+    facts = {"model_class": type(runner.model).__name__, "aux_layers": _aux_layers(runner.model)}
+    drafter = getattr(runner, "drafter", None)
+    if drafter is not None:
+        facts["drafter_takes_mm_embeddings"] = bool(drafter.supports_mm_inputs)
+    return facts
+
+
+def _aux_layers(model):
+    """The target layers whose inputs vLLM captures for the draft (the language model's)."""
+    for module in model.modules():
+        layers = getattr(module, "aux_hidden_state_layers", None)
+        if layers is not None and not callable(layers):
+            return list(layers)
+    return None
+
+
+def _chat(llm, messages, params) -> dict:
+    """One batch of chats between two metric scrapes: outputs and spec-decode counters."""
     from vllm_kimi_eagle import spec_metrics
+
+    before = spec_metrics.from_llm_metrics(llm.get_metrics())
+    started = time.time()
+    outputs = llm.chat(messages, params, use_tqdm=False)
+    seconds = time.time() - started
+    counters = spec_metrics.from_llm_metrics(llm.get_metrics()) - before
+    tokens = [list(o.outputs[0].token_ids) for o in outputs]
+    return dict(
+        token_ids=tokens,
+        texts=[o.outputs[0].text for o in outputs],
+        prompt_token_ids=[list(o.prompt_token_ids) for o in outputs],
+        generate_seconds=round(seconds, 3),
+        tokens_per_s=round(sum(map(len, tokens)) / seconds, 2),
+        **counters.summary(),
+    )
+
+
+def main(spec: dict) -> dict:
+    from vllm import LLM
 
     kwargs = dict(
         model=spec["target"],
@@ -79,6 +165,9 @@ def main(spec: dict) -> dict:
     )
     if spec.get("dtype"):
         kwargs["dtype"] = spec["dtype"]
+    for key in ("trust_remote_code", "language_model_only"):
+        if spec.get(key):
+            kwargs[key] = True
     if spec.get("draft"):
         kwargs["speculative_config"] = {
             "method": "eagle3",
@@ -87,32 +176,51 @@ def main(spec: dict) -> dict:
         }
     started = time.time()
     llm = LLM(**kwargs)
-    result = {"engine_seconds": round(time.time() - started, 1)}
+    try:
+        return _serve(llm, spec, round(time.time() - started, 1))
+    finally:
+        # A separate engine core (VLLM_ENABLE_V1_MULTIPROCESSING=1) and its workers
+        # outlive os._exit() below, holding their memory: stop them first.
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:  # the result stands; a failed shutdown is only logged
+            traceback.print_exc()
+
+
+def _serve(llm, spec: dict, engine_seconds: float) -> dict:
+    from vllm import SamplingParams
+
+    result = {"engine_seconds": engine_seconds}
     captured: dict = {}
     if spec.get("capture_draft_io"):
         model = _draft_model(llm)
         result["draft_class"] = f"{type(model).__module__}:{type(model).__name__}"
         _capture_first_prefill(model, captured)
-    elif spec.get("draft") and spec.get("tensor_parallel_size", 1) == 1:
+    elif (spec.get("draft") and spec.get("tensor_parallel_size", 1) == 1
+          and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"):
         model = _draft_model(llm)
         result["draft_class"] = f"{type(model).__module__}:{type(model).__name__}"
+    import vllm_kimi_eagle
+    from vllm_kimi_eagle import vllm_compat
+
+    model_config = llm.llm_engine.model_config
+    result.update(
+        plugin_file=vllm_kimi_eagle.__file__,
+        supports_multimodal_inputs=vllm_compat.supports_multimodal_inputs(model_config),
+        total_layers=model_config.get_total_num_hidden_layers(),
+    )
+    result.update(llm.collective_rpc(_runner_facts)[0])
     params = SamplingParams(temperature=0.0, max_tokens=spec.get("max_tokens", 64), ignore_eos=True)
     messages = [[{"role": "user", "content": p}] for p in spec["prompts"]]
-    before = spec_metrics.from_llm_metrics(llm.get_metrics())
-    started = time.time()
-    outputs = llm.chat(messages, params, use_tqdm=False)
-    seconds = time.time() - started
-    counters = spec_metrics.from_llm_metrics(llm.get_metrics()) - before
-    tokens = [list(o.outputs[0].token_ids) for o in outputs]
-    result.update(
-        token_ids=tokens,
-        texts=[o.outputs[0].text for o in outputs],
-        prompt_token_ids=[list(o.prompt_token_ids) for o in outputs],
-        generate_seconds=round(seconds, 3),
-        tokens_per_s=round(sum(map(len, tokens)) / seconds, 2),
-        dtype=str(llm.llm_engine.model_config.dtype),
-        **counters.summary(),
-    )
+    result.update(_chat(llm, messages, params) if messages else {}, dtype=str(model_config.dtype))
+    if spec.get("image_prompts"):
+        image_messages = [[{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": _image_url(p["image"])}},
+            {"type": "text", "text": p["text"]}]}] for p in spec["image_prompts"]]
+        try:
+            result["image"] = _chat(llm, image_messages, params)
+        except Exception as err:  # e.g. refused with --language-model-only: report it
+            result["image_error"] = f"{type(err).__name__}: {err}"
     if spec.get("replicated_checksums"):
         result["replicated_checksums"] = llm.collective_rpc(_replicated_checksums)
     if captured:
@@ -124,8 +232,14 @@ def main(spec: dict) -> dict:
     return result
 
 
+# Also when the engine core imports this file as __mp_main__ (spawn), where the draft loads.
+if os.environ.get(DRAFT_MM_EMBEDDINGS_ENV) == "1":
+    _give_draft_mm_embeddings()
+
 if __name__ == "__main__":
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    # collective_rpc with this file's functions (pickled by name) to a separate engine core.
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     spec = json.loads(sys.argv[1])
     try:
         result = main(spec)

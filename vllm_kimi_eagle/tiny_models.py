@@ -258,6 +258,9 @@ def build_tiny_models(folder: str, progress: bool = True) -> dict:
         bar.update(2)
     finally:
         bar.close()
+    from vllm_kimi_eagle.tiny_k25 import write_k25_target  # K2.5-shaped target (issue 13)
+
+    write_k25_target(os.path.join(tmp, "target"), os.path.join(tmp, "target-k25"))
     summary["seconds"] = round(time.time() - start, 1)
     summary["threads"] = threads
     with open(os.path.join(tmp, "BUILT.json"), "w") as f:

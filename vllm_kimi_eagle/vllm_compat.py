@@ -170,3 +170,18 @@ def can_capture_after_last_layer(version: Version | None = None) -> bool:
 def total_layers(model_config) -> int:
     """The target's total number of decoder layers (ModelConfig method, read in 0.28-0.32)."""
     return model_config.get_total_num_hidden_layers()
+
+
+# Whether a (multimodal) target takes multimodal inputs at all (False with
+# --language-model-only): MULTIMODAL_REGISTRY.supports_multimodal_inputs(model_config) up
+# to 0.30, the ModelConfig property supports_multimodal_inputs from 0.31.0.
+MM_INPUTS_ON_MODEL_CONFIG_FROM = Version("0.31.0")
+
+
+def supports_multimodal_inputs(model_config, version: Version | None = None) -> bool:
+    version = version or installed_vllm_version()
+    if version is not None and version >= MM_INPUTS_ON_MODEL_CONFIG_FROM:
+        return bool(model_config.supports_multimodal_inputs)
+    from vllm.multimodal import MULTIMODAL_REGISTRY
+
+    return bool(MULTIMODAL_REGISTRY.supports_multimodal_inputs(model_config))
