@@ -188,8 +188,10 @@ ENGINES: dict = {}
 def k25_engine(tiny: str, k25: str, name: str) -> dict:
     """One of the module's three K2.5 engines (see the module docstring), run once."""
     if name not in ENGINES:
+        # float32 as helpers.engine runs the text-only target it is compared with.
         spec = {"target": k25, "trust_remote_code": True, "prompts": PROMPTS,
-                "max_tokens": MAX_TOKENS, "draft": os.path.join(tiny, "draft")}
+                "max_tokens": MAX_TOKENS, "draft": os.path.join(tiny, "draft"),
+                "dtype": "float32"}
         if name == "draft":
             spec["image_prompts"] = IMAGE_PROMPTS
         elif name == "base":
