@@ -44,6 +44,7 @@ def main() -> None:
     images = [{"text": t, "image": {"width": 84 + 28 * (i % 5), "height": 84 + 28 * (i % 4),
                                     "seed": 100 + i}} for i, t in enumerate(texts)]
     base = {"target": k25, "trust_remote_code": True, "max_tokens": args.max_tokens,
+            "dtype": "float32",  # as the tests: greedy comparisons free of bf16 ties
             "draft": os.path.join(tiny, "draft"), "prompts": [], "image_prompts": images}
     runs = {
         "served": (base, {}),
