@@ -14,7 +14,10 @@ import sys
 
 from vllm_kimi_eagle import serving, tiny_corpus, tiny_models
 
-SERVER_ARGS = ["--max-model-len", "512", "--seed", "0", "--enforce-eager"]
+# float32, the tiny checkpoints' own dtype (vLLM would serve them in bfloat16): "identical
+# outputs" then speaks of speculation, not of bfloat16 near-ties that flip when the
+# verification batch changes shape.
+SERVER_ARGS = ["--max-model-len", "512", "--seed", "0", "--enforce-eager", "--dtype", "float32"]
 
 
 def _say(message: str) -> None:
