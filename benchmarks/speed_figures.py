@@ -18,13 +18,15 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from vllm_kimi_eagle import evaluate, serving, spec_metrics, tiny_models
+from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models
+from vllm_kimi_eagle.tools import spec_metrics, vllm_server
+from vllm_kimi_eagle.tools.evaluation.tasks import TINY_DATA
 
 STEPS = "vllm:inter_token_latency_seconds"
 
 
 def prompts() -> list[str]:
-    with open(evaluate.TINY_DATA) as f:
+    with open(TINY_DATA) as f:
         rows = [json.loads(line) for line in f][:8]
     return [f"What is the correct answer to this question:{r['Question']}\nChoices:\n"
             f"(A) {r['Correct Answer']}\n(B) {r['Incorrect Answer 1']}\n"
@@ -36,7 +38,7 @@ def window(server, model, texts, concurrency, max_tokens) -> dict:
     before = server.scrape()
     started = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
-        list(pool.map(lambda p: serving.chat(server, model, p, max_tokens), texts))
+        list(pool.map(lambda p: vllm_server.chat(server, model, p, max_tokens), texts))
     seconds = time.perf_counter() - started
     w = server.scrape() - before
     tokens = w.total(spec_metrics.GENERATION_TOKENS)
@@ -57,18 +59,18 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--out", default="out/speed-figures", help="server logs")
     args = parser.parse_args()
-    folder = tiny_models.ensure_tiny_models()
+    folder = ensure_tiny_models()
     texts = prompts()
     spec = {"method": "eagle3", "model": os.path.join(folder, "draft"),
             "num_speculative_tokens": 3}
     results = {}
     for label, config in (("without draft", None), ("with draft", spec)):
         log = os.path.join(args.out, f"server-{label.replace(' ', '-')}.log")
-        with serving.running_server(os.path.join(folder, "target"), log, config,
+        with vllm_server.running_server(os.path.join(folder, "target"), log, config,
                                     ["--seed", "0", "--dtype=float32", "--enforce-eager"],
-                                    env=serving.default_env()) as server:
+                                    env=vllm_server.default_env()) as server:
             model = server.model_name()
-            serving.chat(server, model, texts[0], args.max_tokens)  # warm-up
+            vllm_server.chat(server, model, texts[0], args.max_tokens)  # warm-up
             for round_ in range(args.rounds):
                 for concurrency in (1, 4):
                     row = window(server, model, texts, concurrency, args.max_tokens)

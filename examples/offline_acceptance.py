@@ -19,16 +19,17 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
     if not args.target:
-        from vllm_kimi_eagle import tiny_models
+        from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models
 
-        folder = tiny_models.ensure_tiny_models()
+        folder = ensure_tiny_models()
         args.target = os.path.join(folder, "target")
         args.draft = os.path.join(folder, "draft")
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
     from vllm import LLM, SamplingParams
 
-    from vllm_kimi_eagle import spec_metrics, tiny_corpus
+    from vllm_kimi_eagle.fixtures import corpus
+    from vllm_kimi_eagle.tools import spec_metrics
 
     llm = LLM(
         model=args.target,
@@ -38,7 +39,7 @@ def main() -> None:
         speculative_config={"method": "eagle3", "model": args.draft,
                             "num_speculative_tokens": 3},
     )
-    prompts = [[{"role": "user", "content": p}] for p in tiny_corpus.demo_prompts(4)]
+    prompts = [[{"role": "user", "content": p}] for p in corpus.demo_prompts(4)]
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     before = spec_metrics.from_llm_metrics(llm.get_metrics())
     for output in llm.chat(prompts, params, use_tqdm=False):

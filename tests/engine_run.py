@@ -134,7 +134,7 @@ def _aux_layers(model):
 
 def _chat(llm, messages, params) -> dict:
     """One batch of chats between two metric scrapes: outputs and spec-decode counters."""
-    from vllm_kimi_eagle import spec_metrics
+    from vllm_kimi_eagle.tools import spec_metrics
 
     before = spec_metrics.from_llm_metrics(llm.get_metrics())
     started = time.time()

@@ -1,4 +1,5 @@
-"""Shared test helpers: config-only model folders and fresh Python processes.
+"""Shared test helpers: config-only model folders, fresh Python processes (plain code,
+the CLI, one engine) and the engine runs the e2e tests share.
 
 Plugin state (registrations, the MLA check) lives in the process, so every comparison
 "with the plugin" vs "without it" runs each side in a fresh interpreter.
@@ -9,13 +10,34 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 
-import pytest
+from vllm_kimi_eagle.fixtures import corpus, variants
+from vllm_kimi_eagle.fixtures.tokenizer import write_tokenizer
 
-from vllm_kimi_eagle import tiny_corpus, tiny_models
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The command line tool, as `python -m` runs it (the console script vllm-kimi-eagle).
+CLI_MODULE = "vllm_kimi_eagle.tools.cli"
+
+# float32 servers: the GPQA-style prompts are far from the tiny target's training text,
+# where its choices can be close; float32 keeps batching noise below those margins.
+FP32 = ["--dtype", "float32", "--enforce-eager"]
+
+# The base draft as each training tool exports it (build-tiny, fixtures/trainer_exports.py):
+# export folder -> (training tool recognised, capture ids vLLM must use)
+EXPORTS = {
+    "draft-modelopt": ("Model-Optimizer", [2, 3, 5]),
+    "draft-torchspec": ("TorchSpec (native export)", [2, 3, 5]),
+    "draft-torchspec-vllm": ("TorchSpec (--vllm export, kimi_k2)", [2, 3, 5]),
+    "draft-specforge": ("SpecForge", [2, 3, 5]),
+}
+# A draft trained on other layers, exported by Model-Optimizer, and the same weights
+# given explicit ids.
+LATE_EXPORT, LATE_EXPLICIT = "draft-late-modelopt", "draft-late-explicit"
+LATE_CAPTURE = [3, 4, 5]
 
 # Environment for child processes: CPU build, small KV cache, quiet progress bars.
 BASE_ENV = {
@@ -31,10 +53,10 @@ def write_config_only_models(root: str, draft_overrides: dict | None = None) -> 
     draft = os.path.join(root, "draft")
     os.makedirs(target, exist_ok=True)
     os.makedirs(draft, exist_ok=True)
-    tiny_models.write_tokenizer(target)
+    write_tokenizer(target)
     with open(os.path.join(target, "config.json"), "w") as f:
-        json.dump(dict(tiny_models.TARGET_CONFIG, rope_parameters=tiny_models.ROPE), f)
-    config = tiny_models.draft_config(tiny_models.DRAFT_VARIANTS[0])
+        json.dump(dict(variants.TARGET_CONFIG, rope_parameters=variants.ROPE), f)
+    config = variants.draft_config(variants.DRAFT_VARIANTS[0])
     for key, value in (draft_overrides or {}).items():
         if value is None:
             config.pop(key, None)
@@ -65,6 +87,19 @@ def run_python(code: str, env: dict | None = None, timeout: int = 600) -> dict:
     result["_stderr"] = proc.stderr
     result["_log"] = proc.stdout + proc.stderr  # vLLM logs to stdout
     return result
+
+
+def run_cli(*args: str, env: dict | None = None,
+            timeout: int = 600) -> subprocess.CompletedProcess:
+    """``vllm-kimi-eagle ARGS...`` in a fresh interpreter (child environment as
+    run_python's); the completed process, with its output as text."""
+    return subprocess.run(
+        [sys.executable, "-m", CLI_MODULE, *args],
+        env={**os.environ, **BASE_ENV, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 ENGINE_CONFIG_PROBE = """
@@ -121,7 +156,7 @@ def run_engine(spec: dict, env: dict | None = None, timeout: int = 900) -> dict:
 
 
 # ---- engines on the tiny models, shared by every test module of the session ----------
-PROMPTS = tiny_corpus.demo_prompts(8)
+PROMPTS = corpus.demo_prompts(8)
 MAX_TOKENS = 64
 NO_PLUGIN = {"VLLM_PLUGINS": ""}
 _ENGINES: dict = {}
@@ -193,23 +228,29 @@ def cpu_mla_engine_problem() -> str | None:
     )
 
 
-def requires_mla_engine():
-    """Marker for tests that start a vLLM engine with MLA models: they skip on a release
-    that cannot start one, and FAIL on a release where the engine tests are the proof
-    (vllm_compat.E2E_TESTED), so that CI never goes green on a skip there."""
-    from vllm_kimi_eagle import vllm_compat
-
-    problem = cpu_mla_engine_problem()
-    action = engine_test_action(problem, vllm_compat.installed_vllm_version(),
-                                vllm_compat.E2E_TESTED)
-    if action == "fail":
-        return pytest.mark.usefixtures("mla_engine_must_start")
-    return pytest.mark.skipif(action == "skip", reason=problem or "")
-
-
 def engine_test_action(problem: str | None, version, proven_releases) -> str:
-    """run, skip or fail an engine test: fail where the release is one the engine tests
-    prove (a skip there would turn CI green with nothing proven)."""
+    """run, skip or fail an engine test (marker ``engine``; tests/conftest.py applies it):
+    skip on a release that cannot start an MLA engine, but fail where the release is one
+    the engine tests prove (vllm_compat.E2E_TESTED: a skip there would turn CI green with
+    nothing proven)."""
     if problem is None:
         return "run"
     return "fail" if version in proven_releases else "skip"
+
+
+# ---- edited copies of a tiny draft (bad checkpoints) -------------------------------------
+def copy_draft(tiny: str, source: str, dest) -> tuple[str, dict]:
+    """A copy of the tiny draft ``source`` at ``dest``, and its tensors to edit."""
+    from safetensors.torch import load_file
+
+    shutil.copytree(os.path.join(tiny, source), dest)
+    return str(dest), load_file(os.path.join(dest, "model.safetensors"))
+
+
+def save_tensors(dest: str, tensors: dict) -> str:
+    """Write ``tensors`` as the draft's model.safetensors; its path."""
+    from safetensors.torch import save_file
+
+    path = os.path.join(dest, "model.safetensors")
+    save_file(tensors, path, metadata={"format": "pt"})
+    return path

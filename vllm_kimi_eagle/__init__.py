@@ -25,33 +25,11 @@ Environment variables:
 from __future__ import annotations
 
 import logging
-import os
 
 __version__ = "0.1.0"
 
-DRAFT_ENV = "VLLM_KIMI_EAGLE_DRAFT"
-DRAFT_CHOICES = ("plugin", "upstream")
-# Draft architectures served by this plugin, and the class that serves them.
-DRAFT_CLASS = "vllm_kimi_eagle.draft_model:Eagle3DeepseekV2ForCausalLM"
-DRAFT_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
-# MLA draft architectures that only a training tool writes and vLLM has no class for:
-# SpecForge's (specforge/modeling/draft/deepseek_eagle3.py). Served by the same class.
-TOOL_DRAFT_ARCHITECTURES = ("DeepseekV3ForCausalLMEagle3",)
-
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 _registered = False
-
-
-def draft_choice(environ=os.environ) -> str:
-    """Which draft class the user asked for through ``VLLM_KIMI_EAGLE_DRAFT``."""
-    value = environ.get(DRAFT_ENV, "plugin").strip().lower() or "plugin"
-    if value not in DRAFT_CHOICES:
-        raise ValueError(
-            f"environment variable {DRAFT_ENV}={environ.get(DRAFT_ENV)!r} is not one of "
-            f"{', '.join(DRAFT_CHOICES)}; set it to 'upstream' to keep vLLM's in-tree "
-            "draft class, or unset it to use this plugin's."
-        )
-    return value
 
 
 def register() -> None:
@@ -70,9 +48,13 @@ def register() -> None:
 
     from vllm import ModelRegistry
 
+    from vllm_kimi_eagle.architectures import (
+        DRAFT_CLASS,
+        PLUGIN_DRAFT_ARCHITECTURES,
+        draft_choice,
+    )
     from vllm_kimi_eagle.config_alias import register_config_alias
     from vllm_kimi_eagle.mla_detection import install_mla_detection
-
     from vllm_kimi_eagle.speculative_hook import install_speculative_hook
 
     ours = draft_choice() == "plugin"
@@ -83,6 +65,6 @@ def register() -> None:
         from vllm_kimi_eagle.draft_config_override import install_draft_config_override
 
         install_draft_config_override()
-        for architecture in DRAFT_ARCHITECTURES + TOOL_DRAFT_ARCHITECTURES:
+        for architecture in sorted(PLUGIN_DRAFT_ARCHITECTURES):
             ModelRegistry.register_model(architecture, DRAFT_CLASS)
     _registered = True

@@ -68,13 +68,17 @@ def header_tensors(header: dict, path: str) -> dict[str, TensorInfo]:
     }
 
 
+def index_shards(index_path: str) -> list[str]:
+    """The shard file names an index (``model.safetensors.index.json``) lists, sorted."""
+    with open(index_path) as f:
+        return sorted(set(json.load(f)["weight_map"].values()))
+
+
 def checkpoint_files(folder: str) -> list[str]:
     """The .safetensors files of a checkpoint folder: the index's shards, or all of them."""
     index = os.path.join(folder, INDEX_FILE)
     if os.path.exists(index):
-        with open(index) as f:
-            shards = sorted(set(json.load(f)["weight_map"].values()))
-        return [os.path.join(folder, shard) for shard in shards]
+        return [os.path.join(folder, shard) for shard in index_shards(index)]
     return sorted(
         os.path.join(folder, name)
         for name in os.listdir(folder)
@@ -101,11 +105,16 @@ def read_checkpoint(folder: str) -> dict[str, TensorInfo]:
     return tensors
 
 
+def layer_prefixes(names) -> list[str]:
+    """The decoder-layer prefixes (``midlayer.``, ``layers.0.``) tensor names use, sorted."""
+    return sorted({alias for alias in (*LAYER_PREFIX_ALIASES, LAYER) for name in names
+                   if name.startswith(alias) or name.startswith("model." + alias)})
+
+
 def layer_prefix(tensors: dict[str, TensorInfo]) -> str | None:
     """The decoder-layer prefix of a checkpoint (``midlayer.`` or ``layers.0.``), if one."""
-    found = {alias for alias in (*LAYER_PREFIX_ALIASES, LAYER)
-             for name in tensors if name.startswith(alias) or name.startswith("model." + alias)}
-    return found.pop() if len(found) == 1 else None
+    found = layer_prefixes(tensors)
+    return found[0] if len(found) == 1 else None
 
 
 def fc_in_features(tensors: dict[str, TensorInfo]) -> int | None:

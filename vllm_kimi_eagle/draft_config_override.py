@@ -11,7 +11,8 @@ SpecForge's EAGLE3 class untouched; every other config gets vLLM's own override.
 
 from __future__ import annotations
 
-from vllm_kimi_eagle import TOOL_DRAFT_ARCHITECTURES, vllm_compat
+from vllm_kimi_eagle import vllm_compat
+from vllm_kimi_eagle.architectures import TOOL_DRAFT_ARCHITECTURES
 from vllm_kimi_eagle.patching import wrap_method
 
 

@@ -28,7 +28,7 @@ from vllm.model_executor.model_loader.weight_utils import default_weight_loader
 from vllm.model_executor.models.deepseek_v2 import DeepseekV2MLAAttention, DeepseekV2MLP
 from vllm.model_executor.models.utils import get_draft_quant_config, maybe_prefix
 
-from vllm_kimi_eagle import checkpoint, greedy_sampler, rope_override, vllm_compat
+from vllm_kimi_eagle import checkpoint, rope_override, top_tokens, vllm_compat
 from vllm_kimi_eagle.draft_spec import (
     IGNORED_TENSORS,
     LAYER,
@@ -234,7 +234,7 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         logits = self.logits_processor(self.lm_head, hidden_states)
         if logits is None:
             return None
-        return greedy_sampler.to_target_vocab(
+        return top_tokens.to_target_vocab(
             logits, self.draft_id_to_target_id, self.spec.vocab_size
         )
 
@@ -245,7 +245,7 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         use_local_argmax_reduction is on (shortcut_policy decides). Each rank takes the
         top of its own LM-head shard; only (value, target id) pairs cross ranks; d2t
         maps the winners only. Same answer as the plain path, ties included (see
-        greedy_sampler). A logit scale other than 1 is applied as the plain path applies
+        top_tokens). A logit scale other than 1 is applied as the plain path applies
         it: in bf16, scaling can round two logits to one value, and the tie rule decides.
         """
         lm_head = self.lm_head
@@ -253,7 +253,7 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         if self.logits_processor.scale != 1.0:
             logits = logits * self.logits_processor.scale
         shard = lm_head.shard_indices
-        values, target_ids = greedy_sampler.shard_top1(
+        values, target_ids = top_tokens.shard_top1(
             logits,
             shard.org_vocab_start_index,
             shard.org_vocab_end_index - shard.org_vocab_start_index,
@@ -266,7 +266,7 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
             pairs = torch.stack([values.float(), target_ids.float()], dim=-1)
             pairs = tensor_model_parallel_all_gather(pairs, dim=-1)
             pairs = pairs.view(pairs.shape[0], lm_head.tp_size, 2)
-            target_ids = greedy_sampler.reduce_top1(pairs[..., 0], pairs[..., 1].long())
+            target_ids = top_tokens.reduce_top1(pairs[..., 0], pairs[..., 1].long())
         return target_ids
 
     # ---- weight loading -------------------------------------------------------------
@@ -327,7 +327,7 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
                 "the MLA EAGLE3 draft checkpoint does not match its config:\n  - "
                 + "\n  - ".join(problems)
             )
-        self.d2t_increasing = greedy_sampler.d2t_is_increasing(self.draft_id_to_target_id)
+        self.d2t_increasing = top_tokens.d2t_is_increasing(self.draft_id_to_target_id)
         self.has_own_embed_tokens = "embed_tokens.weight" in present
         self.has_own_lm_head = "lm_head.weight" in present
         # Shared tensors are filled in by the proposer from the target after loading.
@@ -364,5 +364,3 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
             ]
         return []
 
-
-Eagle3DeepseekV3ForCausalLM = Eagle3DeepseekV2ForCausalLM

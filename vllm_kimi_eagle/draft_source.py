@@ -9,7 +9,6 @@ caller logs that the checks were skipped and that loading still checks strictly.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
@@ -54,9 +53,7 @@ def cached_checkpoint_files(repo_id: str, revision: str | None) -> list[str] | N
 
     index = cached(checkpoint.INDEX_FILE)
     if index:
-        with open(index) as f:
-            shards = sorted(set(json.load(f)["weight_map"].values()))
-        paths = [cached(shard) for shard in shards]
+        paths = [cached(shard) for shard in checkpoint.index_shards(index)]
         return paths if all(paths) else None
     single = cached("model.safetensors")
     return [single] if single else None

@@ -7,8 +7,10 @@ so they agree on what the draft's tensors must be.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
+
+from vllm_kimi_eagle.config_access import config_value
+from vllm_kimi_eagle.layer_ids import written_ids
 
 # Layer prefixes found in the field: `midlayer.` (training output) and `layers.0.`
 # (exports). Tensor names below are written with the canonical `layers.0.`.
@@ -26,22 +28,6 @@ DEFAULT_NUM_AUX = 3
 
 class DraftConfigError(ValueError):
     """A draft config that cannot describe an MLA EAGLE3 draft."""
-
-
-def config_value(config, key, default=None):
-    """``key`` of a config given as an object (PretrainedConfig) or a dict (config.json)."""
-    if isinstance(config, Mapping):
-        return config.get(key, default)
-    return getattr(config, key, default)
-
-
-def aux_layer_ids(config) -> list[int] | None:
-    """The draft's captured-layer ids as written: top-level first, then `eagle_config`."""
-    ids = config_value(config, "eagle_aux_hidden_state_layer_ids")
-    if ids is None:
-        nested = config_value(config, "eagle_config") or {}
-        ids = config_value(nested, "eagle_aux_hidden_state_layer_ids")
-    return list(ids) if ids is not None else None
 
 
 @dataclass(frozen=True)
@@ -82,7 +68,7 @@ def spec_from_config(config, source: str = "the draft config") -> DraftSpec:
 
     hidden = int(required("hidden_size"))
     vocab = int(required("vocab_size"))
-    ids = aux_layer_ids(config)
+    ids, _ = written_ids(config)
     num_aux = config_value(config, "num_aux_hidden_states") or (
         len(ids) if ids else DEFAULT_NUM_AUX
     )

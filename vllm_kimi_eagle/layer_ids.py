@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from vllm_kimi_eagle.draft_spec import config_value
+from vllm_kimi_eagle.config_access import config_value
 
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 CONVENTION_KEY = "eagle_aux_hidden_state_layer_ids_convention"
@@ -173,15 +173,19 @@ class LayerIdDecision:
             f"({self.reason}); vLLM will capture the inputs of layers {self.capture_ids}"
         )
         if self.ambiguous:
-            other = OTHER[self.convention]
-            line += (
-                f". AMBIGUOUS: read as {other}-layer they would capture "
-                f"{self.ambiguous_with}; if the draft was trained on those, add "
-                f'"{CONVENTION_KEY}": "{other}" to its config.json (or set '
-                f"{CONVENTION_ENV}={other}); to keep this reading without this warning, "
-                f'"{CONVENTION_KEY}": "{self.convention}"'
-            )
+            line += ". AMBIGUOUS: " + ambiguity_advice(self.convention, self.ambiguous_with)
         return line
+
+
+def ambiguity_advice(convention: str, other_capture: list[int]) -> str:
+    """What to do when the ids could also mean the other convention (log and inspect)."""
+    other = OTHER[convention]
+    return (
+        f"read as {other}-layer they would capture {other_capture}; if the draft was "
+        f'trained on those, add "{CONVENTION_KEY}": "{other}" to its config.json (or set '
+        f"{CONVENTION_ENV}={other}); to keep this reading without this warning, "
+        f'"{CONVENTION_KEY}": "{convention}"'
+    )
 
 
 def vllm_default_ids(num_layers: int) -> list[int]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import os
 
-from vllm_kimi_eagle.draft_spec import config_value
+from vllm_kimi_eagle.config_access import config_value
 
 ROPE_THETA_ENV = "VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA"
 

@@ -21,13 +21,8 @@ import functools
 import logging
 import os
 
-from vllm_kimi_eagle import (
-    DRAFT_ARCHITECTURES,
-    TOOL_DRAFT_ARCHITECTURES,
-    checkpoint,
-    shortcut_policy,
-    vllm_compat,
-)
+from vllm_kimi_eagle import checkpoint, shortcut_policy, vllm_compat
+from vllm_kimi_eagle.architectures import PLUGIN_DRAFT_ARCHITECTURES
 from vllm_kimi_eagle.draft_source import DraftHeaders, draft_headers
 from vllm_kimi_eagle.draft_spec import spec_from_config
 from vllm_kimi_eagle.layer_ids import explicit_convention, resolve_layer_ids
@@ -45,7 +40,6 @@ RESOLVED_MARK = "vllm_kimi_eagle_layer_ids"
 _USER_GIVEN: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar(
     "vllm_kimi_eagle_user_given", default=None
 )
-PLUGIN_DRAFT_ARCHITECTURES = frozenset(DRAFT_ARCHITECTURES + TOOL_DRAFT_ARCHITECTURES)
 
 
 def tensor_problems(draft: str, draft_config, tensors, target_vocab, target_hidden) -> list[str]:

@@ -88,7 +88,7 @@ DRAFT_CONFIG_OVERRIDE = "hf_config_override"
 # vLLM's EAGLE3 proposer asserts that the draft is an instance of one of its own classes
 # (llm_base_proposer.py, `assert isinstance(model, (Eagle3LlamaForCausalLM,
 # Eagle3DeepseekV2ForCausalLM, ...))`, 0.28-0.33); a plain class cannot pass it, so ours
-# derives from one. tests/test_draft_contract.py reads from the installed vLLM every
+# derives from one. tests/unit/test_draft_contract.py reads from the installed vLLM every
 # attribute the V1 proposer and the V2 speculator use on a draft and checks that our
 # class defines each itself (0.28 and 0.32: combine_hidden_states, compute_logits,
 # config, embed_input_ids, get_top_tokens, has_own_embed_tokens, has_own_lm_head,
@@ -127,7 +127,6 @@ def eagle3_draft_base() -> type:
 # - vLLM's in-tree MLA draft (deepseek_eagle3.Eagle3DeepseekV2ForCausalLM) mixes it in.
 # So with the flag on, vLLM's own class already skips the full-vocabulary logits; with it
 # off (vLLM's default) both classes scatter into a target-vocabulary tensor and argmax.
-LOCAL_ARGMAX_FLAG_FROM = Version("0.28.0")  # oldest release read; older: hasattr() decides
 LOCAL_ARGMAX_MIXIN = ("vllm.model_executor.models.interfaces", "LocalArgmaxMixin")
 
 # Speculative settings with which vLLM rejects (or mis-serves) use_local_argmax_reduction:
@@ -185,3 +184,4 @@ def supports_multimodal_inputs(model_config, version: Version | None = None) -> 
     from vllm.multimodal import MULTIMODAL_REGISTRY
 
     return bool(MULTIMODAL_REGISTRY.supports_multimodal_inputs(model_config))
+

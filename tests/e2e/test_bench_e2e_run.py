@@ -1,0 +1,37 @@
+"""bench-e2e's smallest real grid (issue 12): two servers, one window each (its
+decisions on made-up windows: tests/unit/test_bench_e2e.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import run_cli
+from vllm_kimi_eagle.tools.bench_e2e.grid import NONE, PLUGIN
+
+pytestmark = pytest.mark.engine
+
+
+def test_smallest_real_run_writes_cells_chart_and_verdict(tiny, tmp_path):
+    """Two real servers (no speculation, plugin at k=1), one window each: ~2 minutes."""
+    proc = run_cli("bench-e2e", "--k", "1", "--concurrency", "1", "--repeats", "1",
+                   "--configs", "none,plugin", "--max-tokens", "16", "--prompts", "2",
+                   "--out", str(tmp_path), timeout=1200)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads((tmp_path / "bench-e2e.json").read_text())
+    cells = {c["config"]: c for c in report["cells"]}
+    assert set(cells) == {NONE, PLUGIN} and all(c["repeats"] == 1 for c in cells.values())
+    plugin, none = cells[PLUGIN], cells[NONE]
+    assert plugin["drafts"] > 0 and none["drafts"] == 0
+    assert 1.0 <= plugin["acceptance_length"] <= 2.0
+    assert len(plugin["acceptance_by_position"]) == 1
+    assert 0.0 <= plugin["acceptance_by_position"][0] <= 1.0
+    assert plugin["tokens_per_s"]["median"] > 0 and plugin["time_per_output_token_ms"]["median"] > 0
+    assert plugin["speedup"] == pytest.approx(
+        plugin["tokens_per_s"]["median"] / none["tokens_per_s"]["median"], rel=0.01)
+    assert report["server_args"] == ["--seed", "0", "--enforce-eager"]
+    assert (tmp_path / "bench-e2e.png").stat().st_size > 10_000
+    assert "best k at concurrency 1:" in proc.stdout and "elapsed" in proc.stdout
+    assert "bench-e2e windows" in proc.stderr  # progress

@@ -1,0 +1,137 @@
+"""vllm-kimi-eagle eval on the tiny models (issue 6): real servers, real lm-eval."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import BASE_ENV, CLI_MODULE, FP32, REPO, run_cli
+from vllm_kimi_eagle.tools import vllm_server
+from vllm_kimi_eagle.tools.evaluation.tasks import TINY_TASK
+
+pytestmark = pytest.mark.engine
+
+
+def _report(out) -> dict:
+    report = json.loads((out / "report.json").read_text())
+    print("\n" + (out / "report.md").read_text())
+    return report
+
+
+def _readme_offline_eval() -> str:
+    """The README's offline eval command (the bash block that runs kimi_eagle_gpqa_tiny)."""
+    with open(os.path.join(REPO, "README.md")) as f:
+        blocks = re.findall(r"```bash\n(.*?)```", f.read(), re.S)
+    (block,) = [b for b in blocks if TINY_TASK in b]
+    return block
+
+
+def test_readme_offline_eval_runs_as_written(tiny, tmp_path):
+    """The README's command, on a machine whose environment sets no VLLM_CPU_KVCACHE_SPACE."""
+    command = _readme_offline_eval().replace(".venv/bin/vllm-kimi-eagle",
+                                             f"{sys.executable} -m {CLI_MODULE}")
+    command = command.replace("python3 ", f"{sys.executable} ")
+    env = {k: v for k, v in {**os.environ, **BASE_ENV}.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = tmp_path / "out" / "eval"
+    for name in ("report.json", "report.md", "report.png", "server-with_draft.log",
+                 "server-without_draft.log"):
+        assert (out / name).exists(), name
+    report = _report(out)
+    base, spec, cmp = report["without_draft"], report["with_draft"], report["comparison"]
+    assert spec["spec"]["drafts"] > 0 and base["spec"]["drafts"] == 0
+    assert base["metrics"] == spec["metrics"] and "exact_match,strict-match" in base["metrics"]
+    assert cmp["samples"] == 8 and cmp["identical_answers"], cmp["disagreements"]
+    assert base["requests"] == spec["requests"] == 8
+    assert base["finished_requests"] == spec["finished_requests"] == 8  # window: no warm-up
+    assert base["output_tokens"] == spec["output_tokens"] > 0
+    assert isinstance(cmp["consistent"], bool)
+    assert cmp["speedup_generation"] > 0 and cmp["speedup_time_per_output_token"] > 0
+    for run in (base, spec):
+        assert run["server_args"][:4] == ["--seed", "0", "--dtype=float32", "--enforce-eager"]
+        assert run["server_env"] == {"VLLM_CPU_KVCACHE_SPACE": "1"}
+        assert run["longest_prompt_tokens"] + 48 <= run["max_model_len"]
+    assert "--speculative-config" in spec["server_args"]
+    assert "--speculative-config" not in base["server_args"]
+
+
+def _scrape(server: vllm_server.Server) -> dict:
+    """The test's own reading of the spec-decode counters (not the eval's)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals: dict = {}
+    for family in text_string_to_metric_families(server.get("/metrics")):
+        for sample in family.samples:
+            if sample.name.startswith(("vllm:spec_decode_num_", "vllm:generation_tokens_total")):
+                totals[sample.name] = totals.get(sample.name, 0.0) + sample.value
+    return totals
+
+
+def test_eval_acceptance_matches_counters_scraped_independently(tiny, tmp_path):
+    """A speculating server of the test's own (--spec-url); the test reads its counters
+    around the whole eval. The eval's window is the task's requests after one warm-up
+    request, so its counts are a little below the test's and its acceptance close."""
+    spec = {"method": "eagle3", "model": os.path.join(tiny, "draft"),
+            "num_speculative_tokens": 3}
+    with vllm_server.running_server(os.path.join(tiny, "target"), str(tmp_path / "spec.log"),
+                                spec, ["--seed", "0", *FP32], env=BASE_ENV) as server:
+        before = _scrape(server)
+        proc = run_cli("eval", "--target", os.path.join(tiny, "target"), "--spec-url",
+                       server.base_url, "--task", TINY_TASK, "--limit", "8", "--max-tokens",
+                       "48", "--concurrency", "4", *[f"--server-arg={a}" for a in FP32],
+                       "--out", str(tmp_path / "eval"), timeout=1200)
+        after = _scrape(server)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = _report(tmp_path / "eval")
+    counted = report["with_draft"]["spec"]
+    seen = {k.removeprefix("vllm:").removesuffix("_total"): after[k] - before.get(k, 0.0)
+            for k in after}
+    assert counted["drafts"] > 0
+    assert report["with_draft"]["server_args"] is None  # a server of ours, not started there
+    warmup_tokens = seen["generation_tokens"] - report["with_draft"]["output_tokens"]
+    assert 0 < warmup_tokens <= 48  # exactly one warm-up request outside the window
+    assert 0 < seen["spec_decode_num_drafts"] - counted["drafts"] <= 48
+    assert 0 <= seen["spec_decode_num_accepted_tokens"] - counted["accepted_tokens"] <= 3 * 48
+    independent = 1 + seen["spec_decode_num_accepted_tokens"] / seen["spec_decode_num_drafts"]
+    print(f"acceptance: eval {counted['acceptance_length']}, test's own scrape (with the "
+          f"warm-up request) {independent:.4f}")
+    assert counted["acceptance_length"] == pytest.approx(independent, abs=0.15)
+    # Tokens: each request's first from the prefill, then 1 + accepted per verified draft,
+    # less what max_tokens cut from the last step (under 3 per request).
+    decoded = report["with_draft"]["output_tokens"] - report["with_draft"]["requests"]
+    drafted = counted["drafts"] + counted["accepted_tokens"]
+    assert 0 <= drafted - decoded <= 3 * report["with_draft"]["requests"]
+
+
+def test_eval_refuses_servers_that_cannot_measure(tiny, tmp_path):
+    """One server without speculation and a short max_model_len, given as both URLs."""
+    with vllm_server.running_server(os.path.join(tiny, "target"), str(tmp_path / "base.log"),
+                                None, ["--max-model-len", "256", *FP32], env=BASE_ENV) as server:
+        common = ["eval", "--base-url", server.base_url, "--spec-url", server.base_url,
+                  "--task", TINY_TASK, "--limit", "2"]
+        not_speculating = run_cli(*common, "--max-tokens", "8", "--out", str(tmp_path / "a"),
+                                  timeout=1200)
+        too_long = run_cli(*common, "--max-tokens", "240", "--out", str(tmp_path / "b"),
+                           timeout=1200)
+    print(f"\n{not_speculating.stderr[-600:]}\n{too_long.stderr[-600:]}")
+    assert not_speculating.returncode == 2
+    assert "exports no vllm:spec_decode_* counters" in not_speculating.stderr
+    assert too_long.returncode == 2
+    assert "with --max-tokens 240 a request needs" in too_long.stderr
+    assert "max_model_len 256" in too_long.stderr
+
+
+def test_startup_timeout_is_an_option_and_fails_with_the_log(tiny, tmp_path):
+    proc = run_cli("eval", "--target", os.path.join(tiny, "target"), "--draft",
+                   os.path.join(tiny, "draft"), "--task", TINY_TASK, "--startup-timeout", "2",
+                   "--out", str(tmp_path / "eval"), timeout=1200)
+    assert proc.returncode == 2
+    assert "not healthy after 2s" in proc.stderr and "--startup-timeout" in proc.stderr
+    assert "server-without_draft.log ends with" in proc.stderr

@@ -1,0 +1,48 @@
+"""Serving through vLLM's OpenAI server (tools/vllm_server.py): a server that dies in use
+fails with its log tail; concurrent requests give what the same requests alone give."""
+
+from __future__ import annotations
+
+import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.helpers import BASE_ENV, FP32
+from vllm_kimi_eagle.fixtures import corpus
+from vllm_kimi_eagle.tools import vllm_server
+
+pytestmark = pytest.mark.engine
+
+
+def test_dead_server_fails_with_its_log_tail(tiny, tmp_path):
+    log = str(tmp_path / "server.log")
+    with pytest.raises(vllm_server.ServerError) as err:
+        with vllm_server.running_server(os.path.join(tiny, "target"), log, None,
+                                    ["--max-model-len", "256", *FP32], env=BASE_ENV) as server:
+            os.killpg(server.process.pid, signal.SIGKILL)
+            server.process.wait()
+            server.model_name()
+    message = str(err.value)
+    print(f"\n{message[:400]}")
+    assert "exited with code -9 while it was in use" in message and log in message
+    assert "Application startup complete" in message  # the tail of the server's log
+
+
+def test_sixteen_concurrent_requests_match_the_same_requests_alone(tiny, tmp_path):
+    prompts = corpus.demo_prompts(16, seed=99)
+    spec = {"method": "eagle3", "model": os.path.join(tiny, "draft"),
+            "num_speculative_tokens": 3}
+    with vllm_server.running_server(os.path.join(tiny, "target"), str(tmp_path / "server.log"),
+                                spec, ["--max-model-len", "512", "--seed", "0", *FP32],
+                                env=BASE_ENV) as server:
+        model = server.model_name()
+        alone = [vllm_server.chat(server, model, p, 48)["text"] for p in prompts]
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            together = list(pool.map(lambda p: vllm_server.chat(server, model, p, 48), prompts))
+        counters = server.spec_counters()
+    print(f"\n16 concurrent requests: acceptance length {counters.acceptance_length:.3f}")
+    assert counters.drafts > 0
+    assert all(r["completion_tokens"] == 48 for r in together)
+    assert [r["text"] for r in together] == alone

@@ -1,0 +1,22 @@
+"""The command line refuses what it cannot measure before it starts a server."""
+
+from __future__ import annotations
+
+from tests.helpers import run_cli
+
+
+def test_cli_refuses_before_starting_a_server(tmp_path):
+    proc = run_cli("eval", "--target", "t", "--draft", "d", "--task", "mmlu",
+                   "--out", str(tmp_path / "eval"), timeout=1200)
+    assert proc.returncode == 2
+    assert "mmlu_anatomy (multiple_choice)" in proc.stderr and "starting vLLM" not in proc.stderr
+
+
+def test_cli_refuses_a_bad_grid_before_starting_a_server(tmp_path):
+    proc = run_cli("bench-e2e", "--configs", "none,plugn", "--out", str(tmp_path), timeout=1200)
+    assert proc.returncode == 2 and "unknown config(s) ['plugn']" in proc.stderr
+    proc = run_cli("bench-e2e", "--target", "t", "--out", str(tmp_path), timeout=1200)
+    assert proc.returncode == 2 and "both --target and --draft" in proc.stderr
+    proc = run_cli("bench-e2e", "--repeats", "0", "--out", str(tmp_path), timeout=1200)
+    assert proc.returncode == 2 and "--repeats: expected positive integers" in proc.stderr
+    assert "starting" not in proc.stdout + proc.stderr

@@ -1,0 +1,71 @@
+"""vllm-kimi-eagle eval (issue 6): its decisions, without a server. Which lm-eval tasks it
+runs, the server arguments it adds, the context it needs. Its command line:
+tests/integration/test_cli_refusals.py; real servers: tests/e2e/test_evaluation_e2e.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_kimi_eagle.tools.evaluation.measure import context_problem
+from vllm_kimi_eagle.tools.evaluation.tasks import (
+    TINY_TASK,
+    EvalError,
+    refusal,
+    task_output_types,
+    tiny_task_yaml,
+)
+from vllm_kimi_eagle.tools.vllm_server import server_args
+
+
+@pytest.fixture(scope="module")
+def task_manager(tmp_path_factory):
+    """lm-eval's task index, with our offline task (built once: ~10 s on 2 cores)."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=tiny_task_yaml(str(tmp_path_factory.mktemp("tasks"))))
+
+
+@pytest.mark.parametrize("task, leaf, kind", [
+    ("gpqa_diamond_zeroshot", "gpqa_diamond_zeroshot", "multiple_choice"),
+    ("gpqa_main_n_shot", "gpqa_main_n_shot", "multiple_choice"),
+    ("mmlu", "mmlu_anatomy", "multiple_choice"),  # a group of groups
+    ("arc_easy", "arc_easy", "multiple_choice"),
+    ("wikitext", "wikitext", "loglikelihood_rolling"),
+    ("gpqa", "gpqa_diamond_zeroshot", "multiple_choice"),  # a tag mixing both kinds
+])
+def test_non_generating_tasks_are_refused_by_output_type(task_manager, task, leaf, kind):
+    reason = refusal(task, task_output_types(task_manager, task))
+    assert reason is not None, f"{task} was accepted"
+    assert f"{leaf} ({kind})" in reason and "never proposes" in reason
+    assert "gpqa_diamond_cot_zeroshot" in reason  # what to run instead
+
+
+@pytest.mark.parametrize("task", ["gpqa_diamond_cot_zeroshot", "gpqa_main_generative_n_shot",
+                                  "gsm8k", TINY_TASK])
+def test_generating_tasks_are_accepted(task_manager, task):
+    types = task_output_types(task_manager, task)
+    assert types and set(types.values()) == {"generate_until"}
+    assert refusal(task, types) is None
+
+
+def test_unknown_task_says_so(task_manager):
+    with pytest.raises(EvalError, match="no task, group or tag named 'gpqa_diamnd'"):
+        task_output_types(task_manager, "gpqa_diamnd")
+
+
+def test_server_arguments_are_the_users_plus_visible_defaults():
+    assert server_args([]) == ["--seed", "0"]
+    assert server_args(["--dtype=float32"]) == ["--seed", "0", "--dtype=float32"]
+    # A value the user gave is never overridden, in either spelling.
+    assert server_args(["--seed=7"]) == ["--seed=7"]
+    assert server_args(["--seed", "7"]) == ["--seed", "7"]
+    assert "--max-model-len" not in server_args([])
+
+
+def test_context_problem_gives_the_numbers():
+    assert context_problem("t", 100, 412, 512, "http://x") is None
+    message = context_problem("gpqa", 900, 16384, 8192, "http://x")
+    for words in ("900 tokens", "--max-tokens 16384", "17284 tokens", "max_model_len 8192",
+                  "--server-arg=--max-model-len=17284", "lower --max-tokens to 7292"):
+        assert words in message, message

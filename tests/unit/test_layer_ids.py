@@ -1,0 +1,188 @@
+"""Layer-capture convention handling (issues 4, 10): the pure decision.
+
+Through vLLM's create_engine_config(): tests/integration/test_layer_ids_config.py; served
+by real engines: tests/e2e/test_layer_ids_e2e.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vllm_kimi_eagle.layer_ids import (
+    CONVENTION_ENV,
+    CONVENTION_KEY,
+    LayerIdError,
+    resolve_layer_ids,
+)
+
+
+KIMI_LAYERS = 61
+
+
+def nested(ids, **extra):
+    return {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}, **extra}
+
+
+@pytest.mark.parametrize(
+    "config, convention, capture",
+    [
+        (nested([1, 29, 57]), "output-of", [2, 30, 58]),
+        (nested([2, 30, 58]), "input-of", [2, 30, 58]),
+        ({"eagle_aux_hidden_state_layer_ids": [1, 29, 57]}, "output-of", [2, 30, 58]),
+        ({"eagle_aux_hidden_state_layer_ids": [2, 30, 58]}, "input-of", [2, 30, 58]),
+        ({}, "vllm-default", [2, 30, 58]),
+    ],
+    ids=["nested-output-of", "nested-input-of", "top-output-of", "top-input-of", "absent"],
+)
+def test_conventions_and_sources(config, convention, capture):
+    decision = resolve_layer_ids(config, KIMI_LAYERS, environ={})
+    assert decision.convention == convention
+    assert decision.capture_ids == capture
+
+
+def test_top_level_ids_win_over_nested_like_vllm_reads_them():
+    config = {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], **nested([1, 29, 57])}
+    decision = resolve_layer_ids(config, KIMI_LAYERS, environ={})
+    assert decision.source == "eagle_aux_hidden_state_layer_ids"
+    assert decision.capture_ids == [2, 30, 58]
+
+
+def test_explicit_setting_beats_the_heuristic():
+    # Written input-of ids that happen to start at 1: the heuristic would shift them.
+    config = nested([1, 30, 58])
+    assert resolve_layer_ids(config, KIMI_LAYERS, environ={}).capture_ids == [2, 31, 59]
+    told = dict(config, **{CONVENTION_KEY: "input-of"})
+    decision = resolve_layer_ids(told, KIMI_LAYERS, environ={})
+    assert decision.capture_ids == [1, 30, 58] and "config.json" in decision.reason
+    # The environment beats the config file.
+    decision = resolve_layer_ids(told, KIMI_LAYERS, environ={CONVENTION_ENV: "output-of"})
+    assert decision.capture_ids == [2, 31, 59] and CONVENTION_ENV in decision.reason
+    # Written output-of ids that do not start at 1 get shifted only when told.
+    config = nested([3, 29, 57], **{CONVENTION_KEY: "output_of_layer"})
+    assert resolve_layer_ids(config, KIMI_LAYERS, environ={}).capture_ids == [4, 30, 58]
+
+
+def test_log_line_says_what_was_decided():
+    line = resolve_layer_ids(nested([1, 29, 57]), KIMI_LAYERS, environ={}).log_line()
+    assert "[1, 29, 57]" in line and "output-of" in line and "[2, 30, 58]" in line
+
+
+@pytest.mark.parametrize(
+    "config, kwargs, words",
+    [
+        (nested([2, 2, 58]), {}, ["more than once", "[2, 2, 58]"]),
+        (nested([2, 30, 70]), {}, ["61 layers", "[70]", CONVENTION_ENV]),
+        (nested([2, 30, 61]), {"can_capture_after_last": False}, ["0.25.1", "[61]"]),
+        (nested([2, 30, 58]), {"fc_in_features": 4 * 7168, "target_hidden_size": 7168},
+         ["28672", "4 captured states", "3 layer ids"]),
+        ({}, {"fc_in_features": 2 * 7168, "target_hidden_size": 7168},
+         ["2 captured states", "vLLM default"]),
+        (nested([2, 30, 58], **{CONVENTION_KEY: "middle"}), {}, ["'middle'", "output-of"]),
+    ],
+    ids=["duplicate", "out-of-range", "after-last-too-old", "fc-width",
+         "fc-width-default", "bad-convention"],
+)
+def test_validation_errors_name_ids_layers_and_fix(config, kwargs, words):
+    with pytest.raises(LayerIdError) as err:
+        resolve_layer_ids(config, KIMI_LAYERS, environ={}, **kwargs)
+    for word in words:
+        assert word in str(err.value), str(err.value)
+
+
+def test_id_equal_to_layer_count_is_fine_where_vllm_captures_after_last():
+    decision = resolve_layer_ids(nested([2, 30, 61]), KIMI_LAYERS, environ={})
+    assert decision.capture_ids == [2, 30, 61]
+
+
+# ---- issue 10: ids as each training tool meant them (pure decision) -------------------
+MODELOPT = {"next_layer_regular": True, "parallel_draft_step": 1}  # its eagle_config keys
+TORCHSPEC = {"_torchspec_version": "0.1.0", "model_type": "kimi_k2"}
+
+
+@pytest.mark.parametrize(
+    "config, prefix, tool, convention, capture",
+    [
+        # Model-Optimizer: output-of whatever the first id; a set in layer order.
+        ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], **MODELOPT}},
+         None, "Model-Optimizer", "output-of", [3, 31, 59]),
+        ({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [57, 1, 29], **MODELOPT}},
+         None, "Model-Optimizer", "output-of", [2, 30, 58]),
+        # SpecForge's MLA draft class name.
+        ({"architectures": ["DeepseekV3ForCausalLMEagle3"], **nested([3, 29, 57])},
+         None, "SpecForge", "output-of", [4, 30, 58]),
+        # TorchSpec: native (midlayer.) keeps the trained ids; --vllm adds 1 for kimi_k2.
+        ({**TORCHSPEC, **nested([3, 29, 57])}, "midlayer.", "TorchSpec (native export)",
+         "output-of", [4, 30, 58]),
+        ({**TORCHSPEC, **nested([4, 30, 58])}, "layers.0.",
+         "TorchSpec (--vllm export, kimi_k2)", "input-of", [4, 30, 58]),
+        ({**TORCHSPEC, "model_type": "deepseek_v3", **nested([3, 29, 57])}, "layers.0.",
+         "TorchSpec (--vllm export)", "output-of", [4, 30, 58]),
+    ],
+    ids=["modelopt", "modelopt-unordered", "specforge", "torchspec-native",
+         "torchspec-vllm-kimi", "torchspec-vllm-deepseek"],
+)
+def test_training_tool_fingerprint_decides(config, prefix, tool, convention, capture):
+    decision = resolve_layer_ids(config, KIMI_LAYERS, layer_prefix=prefix, environ={})
+    assert (decision.rule, decision.tool) == ("tool", tool)
+    assert (decision.convention, decision.capture_ids) == (convention, capture)
+    assert not decision.ambiguous
+    assert tool in decision.log_line()
+
+
+def test_kimi_default_through_a_python_set_is_read_in_layer_order():
+    ids = list({1, 63 // 2 - 1, 63 - 4})  # Model-Optimizer's default for 63 layers
+    assert ids != sorted(ids)  # what Python returns here: [1, 59, 30]
+    config = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, **MODELOPT}}
+    decision = resolve_layer_ids(config, 63, environ={})
+    assert decision.capture_ids == [2, 31, 60] and decision.written == [1, 30, 59]
+    assert decision.reordered_from == ids and "(a set: [1, 30, 59])" in decision.log_line()
+
+
+def test_explicit_setting_beats_a_tool_fingerprint():
+    config = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], **MODELOPT}}
+    decision = resolve_layer_ids(config, KIMI_LAYERS, environ={CONVENTION_ENV: "input-of"})
+    assert (decision.rule, decision.capture_ids) == ("explicit", [2, 30, 58])
+
+
+@pytest.mark.parametrize(
+    "config, capture, other, words",
+    [
+        # No fingerprint, ids that are neither default: sglang's reading, flagged.
+        (nested([3, 29, 57]), [3, 29, 57], [4, 30, 58], []),
+        (nested([1, 20, 40]), [2, 21, 41], [1, 20, 40], []),
+        # TorchSpec config, tensor names unknown: its two exports disagree.
+        ({**TORCHSPEC, **nested([3, 29, 57])}, [3, 29, 57], [4, 30, 58],
+         ["TorchSpec", "midlayer. or layers.0."]),
+        # Model-Optimizer never writes top-level ids: somebody else put these there.
+        ({"eagle_aux_hidden_state_layer_ids": [3, 29, 57],
+          "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 28, 56], **MODELOPT}},
+         [3, 29, 57], [4, 30, 58], ["never writes ids at the top-level"]),
+    ],
+    ids=["no-fingerprint-input-of", "no-fingerprint-output-of", "torchspec-layout-unknown",
+         "modelopt-top-level"],
+)
+def test_two_plausible_readings_are_ambiguous(config, capture, other, words):
+    decision = resolve_layer_ids(config, KIMI_LAYERS, environ={})
+    assert decision.rule == "sglang-heuristic"
+    assert decision.capture_ids == capture and decision.ambiguous_with == other
+    line = decision.log_line()
+    assert "AMBIGUOUS" in line and str(other) in line and CONVENTION_KEY in line
+    for word in words:
+        assert word in decision.reason, decision.reason
+
+
+@pytest.mark.parametrize(
+    "ids, capture", [([2, 30, 58], [2, 30, 58]), ([1, 29, 57], [2, 30, 58])],
+    ids=["lightseekorg-published", "tools-default"],
+)
+def test_published_and_default_ids_are_not_ambiguous(ids, capture):
+    """kimi-k2.5-eagle3-mla's nested [2, 30, 58] stays input-of, as sglang reads it."""
+    decision = resolve_layer_ids(nested(ids), KIMI_LAYERS, environ={})
+    assert decision.capture_ids == capture and not decision.ambiguous
+
+
+def test_other_reading_out_of_range_is_not_ambiguous():
+    # Output-of [4, 30, 60] would capture layer 61, past the last capturable one here.
+    decision = resolve_layer_ids(nested([4, 30, 60]), KIMI_LAYERS, environ={},
+                                 can_capture_after_last=False)
+    assert decision.capture_ids == [4, 30, 60] and not decision.ambiguous

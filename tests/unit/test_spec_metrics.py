@@ -1,0 +1,35 @@
+"""One reader of vLLM's /metrics text: engines summed, scrapes subtracted."""
+
+from __future__ import annotations
+
+from vllm_kimi_eagle.tools.spec_metrics import Scrape, spec_counters, time_per_output_token_ms
+
+
+METRICS_TEXT = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {drafts}
+vllm:spec_decode_num_drafts_total{{engine="1",model_name="m"}} 10.0
+vllm:spec_decode_num_drafts_created{{engine="0",model_name="m"}} 1.7e9
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="0"}} {pos0}
+vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",position="1"}} 2.0
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{{engine="0",model_name="m"}} {tokens}
+# TYPE vllm:request_decode_time_seconds histogram
+vllm:request_decode_time_seconds_bucket{{engine="0",le="+Inf"}} {requests}
+vllm:request_decode_time_seconds_sum{{engine="0"}} {decode}
+vllm:request_decode_time_seconds_count{{engine="0"}} {requests}
+"""
+
+
+def test_one_metrics_parser_sums_engines_and_subtracts_scrapes():
+    before = Scrape.parse(METRICS_TEXT.format(drafts=5.0, pos0=4.0, tokens=100.0,
+                                              requests=2.0, decode=1.0))
+    after = Scrape.parse(METRICS_TEXT.format(drafts=25.0, pos0=20.0, tokens=302.0,
+                                             requests=4.0, decode=3.0))
+    assert spec_counters(after).drafts == 35.0  # engines 0 and 1
+    window = after - before
+    counters = spec_counters(window)
+    assert counters.drafts == 20.0 and counters.accepted_per_pos == {0: 16.0, 1: 0.0}
+    # 2 requests, 202 tokens of which 2 came from prefills: 2 s / 200 tokens
+    assert time_per_output_token_ms(window) == 10.0

@@ -1,0 +1,32 @@
+"""Which draft architectures the plugin serves, and with which class.
+
+The names vLLM meets in a draft's config.json and the class that serves them, plus the
+user's choice between this plugin's class and vLLM's in-tree one. ``register()`` reads
+them, and so do the hooks that must know whether a draft is served by our class.
+"""
+
+from __future__ import annotations
+
+import os
+
+DRAFT_ENV = "VLLM_KIMI_EAGLE_DRAFT"
+DRAFT_CHOICES = ("plugin", "upstream")
+# Draft architectures served by this plugin, and the class that serves them.
+DRAFT_CLASS = "vllm_kimi_eagle.draft_model:Eagle3DeepseekV2ForCausalLM"
+DRAFT_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
+# MLA draft architectures that only a training tool writes and vLLM has no class for:
+# SpecForge's (specforge/modeling/draft/deepseek_eagle3.py). Served by the same class.
+TOOL_DRAFT_ARCHITECTURES = ("DeepseekV3ForCausalLMEagle3",)
+PLUGIN_DRAFT_ARCHITECTURES = frozenset(DRAFT_ARCHITECTURES + TOOL_DRAFT_ARCHITECTURES)
+
+
+def draft_choice(environ=os.environ) -> str:
+    """Which draft class the user asked for through ``VLLM_KIMI_EAGLE_DRAFT``."""
+    value = environ.get(DRAFT_ENV, "plugin").strip().lower() or "plugin"
+    if value not in DRAFT_CHOICES:
+        raise ValueError(
+            f"environment variable {DRAFT_ENV}={environ.get(DRAFT_ENV)!r} is not one of "
+            f"{', '.join(DRAFT_CHOICES)}; set it to 'upstream' to keep vLLM's in-tree "
+            "draft class, or unset it to use this plugin's."
+        )
+    return value

@@ -1,0 +1,132 @@
+"""``vllm-kimi-eagle bench-e2e``: the command line (see the package docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import signal
+import sys
+import time
+
+from vllm_kimi_eagle.tools import vllm_server
+from vllm_kimi_eagle.tools.bench_e2e import __doc__ as DESCRIPTION
+from vllm_kimi_eagle.tools.bench_e2e.chart import write_png
+from vllm_kimi_eagle.tools.bench_e2e.grid import (
+    CONFIGS,
+    DEFAULTS,
+    QUICK,
+    BenchError,
+    bench_server_args,
+    plugin_problem,
+    settings,
+)
+from vllm_kimi_eagle.tools.bench_e2e.measure import run
+from vllm_kimi_eagle.tools.bench_e2e.report import format_report, write_json
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}") from err
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _positive(text: str) -> int:
+    values = _int_list(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"expected one positive integer, got {text!r}")
+    return values[0]
+
+
+def _config_list(text: str) -> list[str]:
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown config(s) {unknown or text!r}; choose from "
+                                         f"{', '.join(CONFIGS)}")
+    return [n for n in CONFIGS if n in names]  # a fixed order: none first
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="vllm-kimi-eagle bench-e2e", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", help="target model (default: the tiny target)")
+    p.add_argument("--draft", help="draft model (default: the tiny draft)")
+    p.add_argument("--k", type=_int_list, help=f"num_speculative_tokens values (default "
+                   f"{','.join(map(str, DEFAULTS['k']))})")
+    p.add_argument("--concurrency", type=_int_list, help="client concurrencies (default "
+                   f"{','.join(map(str, DEFAULTS['concurrency']))})")
+    p.add_argument("--repeats", type=_positive, help=f"interleaved repeats per cell (default "
+                   f"{DEFAULTS['repeats']})")
+    p.add_argument("--max-tokens", type=_positive, help=f"output tokens per request (default "
+                   f"{DEFAULTS['max_tokens']})")
+    p.add_argument("--prompts", type=_positive, help=f"distinct prompts per window (default "
+                   f"{DEFAULTS['prompts']})")
+    p.add_argument("--configs", type=_config_list,
+                   help=f"subset of {','.join(CONFIGS)} (default all)")
+    p.add_argument("--max-servers", type=_positive,
+                   help="servers alive at once, the no-speculation one included (default: "
+                        "all configurations of one k together; --quick: 2). Configurations "
+                        "not alive together are compared through their speedups over no "
+                        "speculation, each measured in its own interleaved rounds")
+    p.add_argument("--server-args", type=shlex.split, default=[],
+                   help="arguments for every server, e.g. \"--tensor-parallel-size 8 "
+                        "--trust-remote-code\"; the command adds only --seed 0 unless you "
+                        "give --seed (and --enforce-eager for the tiny models when you give "
+                        "none)")
+    p.add_argument("--startup-timeout", type=float, default=vllm_server.DEFAULT_STARTUP_TIMEOUT,
+                   help=f"seconds each server may take to become healthy (default "
+                        f"{vllm_server.DEFAULT_STARTUP_TIMEOUT})")
+    p.add_argument("--quick", action="store_true",
+                   help=f"a small grid (k {QUICK['k']}, concurrency {QUICK['concurrency']}, "
+                        f"{QUICK['repeats']} repeats, configs {','.join(QUICK['configs'])}); "
+                        "values you give still win")
+    p.add_argument("--out", default="out/bench-e2e")
+    args = p.parse_args(argv)
+    if bool(args.target) != bool(args.draft):
+        p.error("give both --target and --draft, or neither (the tiny models)")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    started = time.perf_counter()
+    args.target_is_tiny = not args.target
+    if args.target_is_tiny:
+        from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models
+
+        folder = ensure_tiny_models()
+        args.target, args.draft = os.path.join(folder, "target"), os.path.join(folder, "draft")
+    grid = settings(args)
+    problem = plugin_problem(grid["configs"], os.environ)
+    if problem:
+        print(f"vllm-kimi-eagle bench-e2e: {problem}", file=sys.stderr)
+        return 2
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    print(f"bench-e2e: {args.target} with {args.draft}; k {grid['k']}, concurrency "
+          f"{grid['concurrency']}, {grid['repeats']} repeats, {grid['prompts']} prompts x "
+          f"{grid['max_tokens']} tokens, configs {','.join(grid['configs'])}, servers at once: "
+          f"{grid['max_servers'] or 'all of one k'}; server args: "
+          f"{' '.join(bench_server_args(args.server_args, args.target_is_tiny))}",
+          file=sys.stderr, flush=True)
+    # A killed benchmark stops its servers (they run in sessions of their own): SIGTERM
+    # becomes SystemExit, which unwinds through every running_server.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        cells, windows = run(args, grid, out)
+    except (BenchError, vllm_server.ServerError) as err:
+        print(f"vllm-kimi-eagle bench-e2e: {err}", file=sys.stderr)
+        return 2
+    elapsed = time.perf_counter() - started
+    json_path, png_path = os.path.join(out, "bench-e2e.json"), os.path.join(out, "bench-e2e.png")
+    write_json(json_path, grid, args, cells, windows, elapsed)
+    write_png(png_path, cells)
+    print(format_report(cells, windows))
+    print(f"\nwrote {json_path}, {png_path}; elapsed {elapsed:.0f}s")
+    return 0

@@ -1,0 +1,104 @@
+"""What ``bench-e2e`` measures: the configurations, the grid of k and concurrency, and the
+interleaved order of the windows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vllm_kimi_eagle.tools import vllm_server
+
+
+NONE, PLUGIN, IN_TREE, NO_SHORTCUT = "none", "plugin", "in-tree", "no-shortcut"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One way of serving the target: what is added to its speculative config and env."""
+    description: str
+    speculative: bool
+    spec_extra: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
+
+
+CONFIGS = {
+    NONE: Config("no speculation", speculative=False),
+    PLUGIN: Config("the plugin's draft class", True, env={"VLLM_KIMI_EAGLE_DRAFT": "plugin"}),
+    IN_TREE: Config("vLLM's in-tree draft class", True, env={"VLLM_KIMI_EAGLE_DRAFT": "upstream"}),
+    NO_SHORTCUT: Config("the plugin, greedy shortcut off", True,
+                        spec_extra={"use_local_argmax_reduction": False},
+                        env={"VLLM_KIMI_EAGLE_DRAFT": "plugin"}),
+}
+DEFAULTS = {"k": [1, 2, 3, 4, 5], "concurrency": [1, 4, 16], "repeats": 3, "max_tokens": 64,
+            "prompts": 8, "configs": list(CONFIGS), "max_servers": None}
+# --quick: a grid measured to finish in under 10 minutes on 2 loaded cores (tiny models).
+QUICK = {"k": [1, 3], "concurrency": [1, 4], "repeats": 3, "max_tokens": 32, "prompts": 4,
+         "configs": [NONE, PLUGIN, IN_TREE], "max_servers": 2}
+# With the tiny default models (no --target) and no --server-args: eager mode starts in
+# about half the time of compiled mode on a CPU.
+TINY_SERVER_ARGS = ["--enforce-eager"]
+class BenchError(RuntimeError):
+    """A measurement that does not measure what it claims to."""
+
+
+def server_groups(configs: list[str], max_servers: int | None) -> list[list[str]]:
+    """The speculative configurations whose servers are alive together for one k.
+
+    The no-speculation server (when asked for) is alive all the time and counts as one
+    of ``max_servers`` (None: no limit, one group)."""
+    speculative = [c for c in configs if CONFIGS[c].speculative]
+    if not speculative:
+        return [[]]
+    size = len(speculative) if max_servers is None else max_servers - (NONE in configs)
+    if size < 1:
+        raise BenchError(f"--max-servers {max_servers} leaves no room for a speculative "
+                         "server next to the no-speculation one; give 2 or more")
+    return [speculative[i:i + size] for i in range(0, len(speculative), size)]
+
+
+def schedule(ks: list[int], concurrencies: list[int], repeats: int, configs: list[str],
+             max_servers: int | None = None) -> list[tuple[int, int, int, int, str]]:
+    """The measurement order: (k, group, round, concurrency, config). k by k, server
+    group by group; within a group, round by round, every concurrency, each of the group's
+    configurations and no speculation once, in an order rotated by one each time."""
+    order = []
+    for k in ks:
+        for g, group in enumerate(server_groups(configs, max_servers)):
+            members = [c for c in configs if c == NONE or c in group]
+            for round_ in range(repeats):
+                for i, concurrency in enumerate(concurrencies):
+                    shift = (round_ + i) % len(members)
+                    for config in members[shift:] + members[:shift]:
+                        order.append((k, g, round_, concurrency, config))
+    return order
+
+
+def plugin_problem(configs: list[str], environ) -> str | None:
+    """Why the servers would not load the plugin although configurations need it."""
+    plugins = environ.get("VLLM_PLUGINS")
+    needs = [c for c in configs if c != NONE]
+    if plugins is None or not needs or "kimi_eagle" in [p.strip() for p in plugins.split(",")]:
+        return None
+    return (f"VLLM_PLUGINS={plugins!r} keeps vLLM from loading this plugin, so configs "
+            f"{', '.join(needs)} would all be vLLM without it; unset VLLM_PLUGINS or add "
+            "kimi_eagle to it")
+
+
+def server_config(config: str, draft: str, k: int) -> dict | None:
+    """The --speculative-config of a configuration at k (None: no speculation)."""
+    spec = CONFIGS[config]
+    if not spec.speculative:
+        return None
+    return {"method": "eagle3", "model": draft, "num_speculative_tokens": k, **spec.spec_extra}
+
+
+def settings(args) -> dict:
+    """The grid: the user's values, else --quick's, else the defaults."""
+    base = QUICK if args.quick else DEFAULTS
+    return {name: getattr(args, name) if getattr(args, name) is not None else base[name]
+            for name in DEFAULTS}
+
+
+def bench_server_args(user: list[str], tiny_default: bool) -> list[str]:
+    """The servers' arguments: the user's, the eval's visible defaults for flags they do
+    not give (--seed 0), and eager mode for the tiny models when the user gave none."""
+    return vllm_server.server_args(user or (TINY_SERVER_ARGS if tiny_default else []))

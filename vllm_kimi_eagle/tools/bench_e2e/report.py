@@ -1,0 +1,98 @@
+"""The benchmark's printout (a table per concurrency, the best k, the goal checks) and
+its JSON file."""
+
+from __future__ import annotations
+
+import json
+
+from vllm_kimi_eagle.tools import vllm_server
+from vllm_kimi_eagle.tools.bench_e2e.checks import goal_checks
+from vllm_kimi_eagle.tools.bench_e2e.grid import CONFIGS, bench_server_args
+from vllm_kimi_eagle.tools.bench_e2e.stats import best_k, speedup_rows
+from vllm_kimi_eagle.tools.speedup import CONSISTENCY_TOLERANCE
+
+
+def _round_spread(rows: list[dict], k: int | None) -> str:
+    """', paired per round min-max' of the row whose k is given (the best one)."""
+    spread_ = next((row["per_round"] for row in rows if row["k"] == k), None)
+    if not spread_ or spread_["min"] is None:
+        return ""
+    return f"; paired per round {spread_['min']:.2f}-{spread_['max']:.2f}x"
+
+
+def format_report(cells: list[dict], windows: list[dict]) -> str:
+    """The printout: per concurrency a table and the best k, then the goal checks."""
+    lines = []
+    for concurrency, rows in speedup_rows(cells).items():
+        configs = list(rows[0]["tokens_per_s"])
+        lead = rows[0]["lead"]
+        header = ["k", *[f"{c} tok/s" for c in configs],
+                  *[f"speedup {c}" for c in rows[0]["speedup"]], "plugin/in-tree",
+                  f"accept len ({lead})", *[f"TPOT ms {c}" for c in rows[0]["tpot_ms"]],
+                  f"speedup by TPOT ({lead})"]
+        table = [header]
+        for row in rows:
+            table.append([
+                str(row["k"]),
+                *[_spread_text(row["tokens_per_s"][c]) for c in configs],
+                *[_num(row["speedup"][c]) for c in row["speedup"]],
+                _num(row["plugin_over_in_tree"]), _num(row["acceptance_length"]),
+                *[_num(row["tpot_ms"][c]) for c in row["tpot_ms"]],
+                _num(row["speedup_tpot"]) + ("*" if row["consistent"] is False else ""),
+            ])
+        widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+        lines.append(f"\nconcurrency {concurrency} (tokens/s: median [min-max] over repeats, "
+                     "client side; speedup: ratio of medians, over the no-speculation "
+                     "windows of the same rounds; TPOT: the server's median time per output token)")
+        lines += ["  " + "  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in table]
+        if any(row["consistent"] is False for row in rows):
+            lines.append(f"  * more than {CONSISTENCY_TOLERANCE:.0%} away from the "
+                         "tokens/s speedup: prefill, queueing or a busy machine weigh in; "
+                         "use more --prompts, --max-tokens and --repeats")
+        k, speedup = best_k(rows)
+        if speedup is None:
+            lines.append(f"best k at concurrency {concurrency}: nothing to compare (needs "
+                         "config none)")
+        elif k is None:
+            best_row = max((row for row in rows if row["speedup"].get(lead) is not None),
+                           key=lambda row: row["speedup"][lead])
+            lines.append(f"best k at concurrency {concurrency}: no k beats no speculation "
+                         f"(best {lead} speedup {speedup}x at k={best_row['k']}"
+                         f"{_round_spread(rows, best_row['k'])}): serve without a draft")
+        else:
+            lines.append(f"best k at concurrency {concurrency}: k={k} (speedup {speedup}x, "
+                         f"{lead}{_round_spread(rows, k)})")
+    lines.append("")
+    for check in goal_checks(cells, windows):
+        lines.append(f"{check['status']}: {check['goal']}: {check['detail']}")
+    return "\n".join(lines)
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _spread_text(s: dict) -> str:
+    if s["median"] is None:
+        return "-"
+    return f"{s['median']:.1f} [{s['min']:.1f}-{s['max']:.1f}]"
+
+
+def write_json(path: str, grid: dict, args, cells: list[dict], windows: list[dict],
+               elapsed: float) -> None:
+    rows = speedup_rows(cells)
+    best = {str(c): dict(zip(("k", "speedup"), best_k(rs))) for c, rs in rows.items()}
+    report = {
+        "target": args.target, "draft": args.draft, "grid": grid,
+        "server_args": bench_server_args(args.server_args, args.target_is_tiny),
+        "server_env": {name: {**vllm_server.default_env(), **CONFIGS[name].env}
+                       for name in grid["configs"]},
+        "tokens_per_s_source": "client: completion tokens / window wall time",
+        "time_per_output_token_source": "server: vllm:request_decode_time_seconds delta",
+        "elapsed_s": round(elapsed, 1),
+        "cells": cells,
+        "best": best,
+        "goals": goal_checks(cells, windows),
+    }
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2)

@@ -1,0 +1,150 @@
+"""The lm-eval side of ``vllm-kimi-eagle eval``: which tasks can measure speculation, the
+offline tiny task, lm-eval's API model for a running server, and one lm-eval run."""
+
+from __future__ import annotations
+
+import os
+
+DEFAULT_TASK = "gpqa_diamond_cot_zeroshot"
+TINY_TASK = "kimi_eagle_gpqa_tiny"
+TINY_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpqa_tiny.jsonl")
+GENERATING = "generate_until"
+
+
+class EvalError(ValueError):
+    """An evaluation that cannot measure what it is asked to."""
+
+
+def refusal(task: str, output_types: dict[str, str]) -> str | None:
+    """Why ``task`` (its leaf tasks' lm-eval output types) cannot measure speculation.
+
+    None is a Python-defined task that builds its request types in code: the LM guard
+    (``refuse_scoring``) catches those when lm-eval asks for a log-likelihood."""
+    silent = {name: kind for name, kind in sorted(output_types.items())
+              if kind not in (GENERATING, None)}
+    if not silent:
+        return None
+    listed = ", ".join(f"{name} ({kind})" for name, kind in list(silent.items())[:8])
+    more = f" and {len(silent) - 8} more" if len(silent) > 8 else ""
+    return (
+        f"task {task!r} includes tasks that do not generate: {listed}{more}. lm-eval "
+        "scores those by log-likelihoods (of given answers, or of a text) and generates "
+        "no token, so the draft never proposes a token and neither accuracy nor "
+        "acceptance says anything about speculation. Use a task whose output_type is "
+        f"{GENERATING}, e.g. gpqa_diamond_cot_zeroshot (default), gpqa_*_cot_n_shot, "
+        "gpqa_*_generative_n_shot or gsm8k."
+    )
+
+
+def tiny_task_yaml(folder: str) -> str:
+    """Write the offline GPQA-format task (lm-eval's template, our data) into folder."""
+    import lm_eval
+
+    template = os.path.join(os.path.dirname(lm_eval.__file__), "tasks", "gpqa",
+                            "cot_zeroshot", "_gpqa_cot_zeroshot_yaml")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{TINY_TASK}.yaml")
+    with open(path, "w") as f:
+        f.write(
+            f"include: {template}\n"
+            f"task: {TINY_TASK}\n"
+            "tag: null\n"
+            "dataset_path: json\n"
+            "dataset_name: null\n"
+            "dataset_kwargs:\n"
+            "  data_files:\n"
+            f"    train: {TINY_DATA}\n"
+        )
+    return folder
+
+
+def task_output_types(task_manager, task: str) -> dict[str, str]:
+    """lm-eval's output_type of every leaf task under ``task`` (a task, group or tag),
+    read from the task index: no dataset is loaded. None: a Python task that does not
+    declare it (its requests are built in code)."""
+    from lm_eval.tasks._index import Kind
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    index = task_manager.task_index
+    result: dict[str, str] = {}
+
+    def visit(name: str, inline: dict | None = None) -> None:
+        entry = index.get(name)
+        if entry is None and inline is None:
+            raise EvalError(f"lm-eval has no task, group or tag named {name!r} (lm-eval "
+                            "--tasks list shows them; a local task needs its YAML folder)")
+        config = {**((entry.cfg if entry else None) or {}), **(inline or {})}
+        kind = entry.kind if entry else Kind.TASK
+        if kind is Kind.TAG:
+            for member in sorted(entry.tags):
+                visit(member)
+        elif kind is Kind.GROUP:
+            for member in config.get("task", []):
+                if isinstance(member, dict):
+                    visit(member.get("task", name), member)
+                else:
+                    visit(member)
+        elif kind is Kind.PY_TASK:
+            task_class = load_yaml(entry.yaml_path, resolve_func=True)["class"]
+            result[name] = config.get("output_type") or getattr(task_class, "OUTPUT_TYPE", None)
+        else:
+            result[name] = config.get("output_type", GENERATING)
+
+    visit(task)
+    return result
+
+
+def make_lm(base_url: str, model: str, args):
+    """lm-eval's API model for a running server."""
+    from lm_eval.api.registry import get_model
+
+    endpoint = "chat/completions" if args.model_type == "local-chat-completions" else "completions"
+    model_args = {
+        "model": model,
+        "base_url": f"{base_url}/v1/{endpoint}",
+        "num_concurrent": args.concurrency,
+        "max_retries": 3,
+        "tokenized_requests": False,
+    }
+    if args.model_type == "local-completions" and args.tokenizer:
+        model_args["tokenizer"] = args.tokenizer
+    return get_model(args.model_type).create_from_arg_obj(model_args)
+
+
+def refuse_scoring(lm, task: str) -> None:
+    """Make the LM refuse log-likelihood requests (a task that does not generate)."""
+    def refuse(requests, *args, **kwargs):
+        raise EvalError(refusal(task, {f"{task} (its requests)": requests[0].request_type}))
+
+    lm.loglikelihood = lm.loglikelihood_rolling = refuse
+
+
+def run_lm_eval(lm, args, task_manager):
+    """One lm-eval run; returns (metrics of the task, samples)."""
+    import lm_eval
+
+    results = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=[args.task],
+        limit=args.limit,
+        log_samples=True,
+        apply_chat_template=args.model_type == "local-chat-completions",
+        gen_kwargs={"max_gen_toks": args.max_tokens, "temperature": 0.0, "do_sample": False},
+        task_manager=task_manager,
+        # No request cache: a cached answer never reaches the server, so the run it came
+        # from would be measured instead of this one.
+        use_cache=None,
+        random_seed=0,
+        numpy_random_seed=0,
+        torch_random_seed=0,
+    )
+    return results["results"][args.task], results["samples"][args.task]
+
+
+def answers(samples: list[dict]) -> list[str]:
+    """The generated answer per document (lm-eval logs one sample per filter: keep one)."""
+    by_doc = {}
+    for sample in samples:
+        response = (sample.get("resps") or [[""]])[0]
+        by_doc.setdefault(sample["doc_id"], response[0] if isinstance(response, list) else response)
+    return [by_doc[doc] for doc in sorted(by_doc)]

