@@ -1,4 +1,4 @@
-"""Acceptance on prompts with an image, on the tiny K2.5-shaped target (issue 13).
+"""Acceptance on prompts with an image, on the tiny K2.5-shaped target.
 
     PYTHONPATH=. .venv/bin/python benchmarks/k25_image_acceptance.py [--prompts 32]
 

@@ -1,4 +1,4 @@
-"""bench-e2e's smallest real grid (issue 12): two servers, one window each (its
+"""bench-e2e's smallest real grid: two servers, one window each (its
 decisions on made-up windows: tests/unit/test_bench_e2e.py)."""
 
 from __future__ import annotations

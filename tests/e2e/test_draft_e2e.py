@@ -1,4 +1,4 @@
-"""The MLA EAGLE3 draft end to end on the tiny trained Kimi models, real vLLM (issue 3).
+"""The MLA EAGLE3 draft end to end on the tiny trained Kimi models, real vLLM.
 
 Every engine runs in its own process (tests/engine_run.py) and is started once per
 session: results are cached by helpers.engine and shared by the tests that read them.

@@ -1,4 +1,4 @@
-"""vllm-kimi-eagle eval on the tiny models (issue 6): real servers, real lm-eval."""
+"""vllm-kimi-eagle eval on the tiny models: real servers, real lm-eval."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The greedy argmax shortcut served (issue 5): no token and no acceptance changes, on one
+"""The greedy argmax shortcut served: no token and no acceptance changes, on one
 rank and across two tensor-parallel ranks (the paths compared: tests/unit/test_top_tokens.py)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The target users serve: Kimi-K2.5/K2.6 as vLLM's multimodal
-KimiK25ForConditionalGeneration (issue 13), on the tiny K2.5-shaped target (the folder and
+KimiK25ForConditionalGeneration, on the tiny K2.5-shaped target (the folder and
 vLLM's view of its config: tests/integration/test_k25_config.py).
 
 ``target-k25`` is the tiny kimi_k2 target's language model inside the K2.5 layout (a

@@ -1,4 +1,4 @@
-"""Layer ids end to end on the tiny trained models (issue 4): a draft written output-of,
+"""Layer ids end to end on the tiny trained models: a draft written output-of,
 served through the plugin, drafts like its input-of copy."""
 
 from __future__ import annotations

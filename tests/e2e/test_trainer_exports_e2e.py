@@ -1,4 +1,4 @@
-"""Drafts as the training tools export them, served by real vLLM (issue 10): every export
+"""Drafts as the training tools export them, served by real vLLM: every export
 against the base draft, and vLLM without the plugin beside each; the draft served with
 another rope base (what the plugin reads in them: tests/integration/test_trainer_exports.py).
 """

@@ -1,4 +1,4 @@
-"""vllm-kimi-eagle bench-sampler: the greedy shortcut's three paths, timed (issue 5)."""
+"""vllm-kimi-eagle bench-sampler: the greedy shortcut's three paths, timed."""
 
 from __future__ import annotations
 

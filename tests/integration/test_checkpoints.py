@@ -1,6 +1,6 @@
 """Bad checkpoints fail in create_engine_config(), before anything is served, naming the
-tensor, the shapes and the file; local drafts, and hub drafts from the HF cache (issues 3,
-10; what only loading can find: tests/e2e/test_checkpoint_loading.py)."""
+tensor, the shapes and the file; local drafts, and hub drafts from the HF cache (what only
+loading can find: tests/e2e/test_checkpoint_loading.py)."""
 
 from __future__ import annotations
 

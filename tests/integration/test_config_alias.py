@@ -1,4 +1,4 @@
-"""The kimi_k2 config alias (issue 2): a DeepSeek-V3 config under Kimi's name, with its MLA
+"""The kimi_k2 config alias: a DeepSeek-V3 config under Kimi's name, with its MLA
 fields required, through transformers and vLLM in fresh processes."""
 
 from __future__ import annotations

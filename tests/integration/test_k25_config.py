@@ -1,4 +1,4 @@
-"""The tiny K2.5-shaped target (issue 13) without an engine: the folder, its remote code
+"""The tiny K2.5-shaped target without an engine: the folder, its remote code
 next to vLLM's processor, vLLM's view of its config, inspect against it.
 
 ``target-k25`` is the tiny kimi_k2 target's language model inside the K2.5 layout (a tiny

@@ -1,5 +1,5 @@
 """Layer ids through real create_engine_config() (no weights): the plugin's decision is what
-vLLM captures (issue 4; the decision itself: tests/unit/test_layer_ids.py)."""
+vLLM captures (the decision itself: tests/unit/test_layer_ids.py)."""
 
 from __future__ import annotations
 

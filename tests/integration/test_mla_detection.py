@@ -1,4 +1,4 @@
-"""MLA detection for kimi_k2 drafts (issue 2, vLLM issue #45760): vLLM's
+"""MLA detection for kimi_k2 drafts (vLLM issue #45760): vLLM's
 create_engine_config() with and without the plugin, each in a fresh process."""
 
 from __future__ import annotations

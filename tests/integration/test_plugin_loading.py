@@ -1,4 +1,4 @@
-"""What a fresh vLLM process makes of the plugin (issue 2): which class serves the draft
+"""What a fresh vLLM process makes of the plugin: which class serves the draft
 architectures, register() run twice, an unsupported vLLM release. Each check runs in its
 own interpreter (helpers.run_python), because registrations live in the process.
 """

@@ -1,5 +1,5 @@
 """The greedy shortcut through real ``EngineArgs(...).create_engine_config()`` of the
-installed vLLM, where a GPU user's speculative config is parsed (issue 9; the decision
+installed vLLM, where a GPU user's speculative config is parsed (the decision
 itself: tests/unit/test_shortcut_policy.py).
 """
 

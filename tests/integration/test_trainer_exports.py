@@ -1,4 +1,4 @@
-"""Drafts as the training tools export them, read as each tool meant them (issue 10).
+"""Drafts as the training tools export them, read as each tool meant them.
 
 The base draft is written by ``build-tiny`` in the layouts of NVIDIA Model-Optimizer,
 TorchSpec (native and ``--vllm``) and SpecForge (``fixtures/trainer_exports.py``), plus a

@@ -1,4 +1,4 @@
-"""bench-e2e (issue 12): the decisions on made-up windows (its command line:
+"""bench-e2e: the decisions on made-up windows (its command line:
 tests/integration/test_cli_refusals.py; its smallest real run: tests/e2e/test_bench_e2e_run.py)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The draft class against what the installed vLLM's proposers use on a draft (issue 9).
+"""The draft class against what the installed vLLM's proposers use on a draft.
 
 Our ``Eagle3DeepseekV2ForCausalLM`` derives from a vLLM class only to pass the
 proposer's isinstance check (vllm_compat.EAGLE3_DRAFT_BASE), so anything the proposer

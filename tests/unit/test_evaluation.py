@@ -1,4 +1,4 @@
-"""vllm-kimi-eagle eval (issue 6): its decisions, without a server. Which lm-eval tasks it
+"""vllm-kimi-eagle eval: its decisions, without a server. Which lm-eval tasks it
 runs, the server arguments it adds, the context it needs. Its command line:
 tests/integration/test_cli_refusals.py; real servers: tests/e2e/test_evaluation_e2e.py.
 """

@@ -1,4 +1,4 @@
-"""Layer-capture convention handling (issues 4, 10): the pure decision.
+"""Layer-capture convention handling: the pure decision.
 
 Through vLLM's create_engine_config(): tests/integration/test_layer_ids_config.py; served
 by real engines: tests/e2e/test_layer_ids_e2e.py.
@@ -94,7 +94,7 @@ def test_id_equal_to_layer_count_is_fine_where_vllm_captures_after_last():
     assert decision.capture_ids == [2, 30, 61]
 
 
-# ---- issue 10: ids as each training tool meant them (pure decision) -------------------
+# ---- ids as each training tool meant them (pure decision) -------------------
 MODELOPT = {"next_layer_regular": True, "parallel_draft_step": 1}  # its eagle_config keys
 TORCHSPEC = {"_torchspec_version": "0.1.0", "model_type": "kimi_k2"}
 

@@ -1,4 +1,4 @@
-"""The greedy shortcut never overrides the user and never contradicts vLLM (issue 9).
+"""The greedy shortcut never overrides the user and never contradicts vLLM.
 
 The decision is a pure function (shortcut_policy.decide), tested here; through real
 ``EngineArgs(...).create_engine_config()`` of the installed vLLM, which is where a GPU

@@ -1,4 +1,4 @@
-"""Greedy argmax shortcut (issue 5): same token as the plain path, ties included.
+"""Greedy argmax shortcut: same token as the plain path, ties included.
 
 ``plain_top1`` and ``shortcut_top1``, the two paths on one rank, live here: only tests
 compare them. Served by real engines: tests/e2e/test_greedy_shortcut_e2e.py.
