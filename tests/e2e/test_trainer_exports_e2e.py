@@ -5,7 +5,10 @@ another rope base (what the plugin reads in them: tests/integration/test_trainer
 
 from __future__ import annotations
 
+import os
+
 import pytest
+import torch
 
 from tests.helpers import (
     EXPORTS,
@@ -13,7 +16,11 @@ from tests.helpers import (
     LATE_EXPLICIT,
     LATE_EXPORT,
     NO_PLUGIN,
+    TOLERANCE,
+    captured_engine,
     engine,
+    max_diff,
+    reference_numerics,
     served,
 )
 from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV
@@ -71,24 +78,43 @@ def test_side_by_side_without_plugin(tiny, draft):
     reference = LATE_EXPLICIT if draft == LATE_EXPORT else BASE
     ours = served(engine(tiny, draft))
     plain = engine(tiny, draft, env=NO_PLUGIN)
+    reference_run = served(engine(tiny, reference))
     print(f"\n{draft}: plugin {_figures(ours)} | VLLM_PLUGINS='' {_figures(plain)} | "
-          f"{reference} (plugin) {_figures(served(engine(tiny, reference)))}")
+          f"{reference} (plugin) {_figures(reference_run)}")
     expected = WITHOUT_PLUGIN[draft]
     if expected.startswith("error: "):
         assert expected.removeprefix("error: ") in plain.get("error", ""), plain.get("error")
         return
     assert plain["drafts"] > 0
-    assert plain["acceptance_length"] < ours["acceptance_length"] - 0.05
+    # The plugin serves the export exactly as the draft written with its true input-of ids;
+    # vLLM alone reads other layers: the same weights draft something else. (How much
+    # that costs is a property of the fixture's layers, printed, not asserted: README,
+    # "margins".)
+    assert (ours["acceptance_length"], ours["token_ids"]) == (
+        reference_run["acceptance_length"], reference_run["token_ids"])
+    assert plain["acceptance_by_position"] != ours["acceptance_by_position"]
 
 
 # ---- the rope base: config.json's unless asked explicitly ----------------------------------
 def test_draft_served_with_another_rope_base(tiny):
-    """The base draft (trained with 50000) served with 10000: one variable changed."""
+    """The base draft (config.json: rope base 50000) served with 10000: the engine's draft
+    computes what the reference computes with 10000, not with 50000; the target decides
+    the tokens, so the output does not change. What the acceptance does with another
+    base is a property of the weights, not of the option, and is printed only."""
     base = served(engine(tiny, BASE))
-    other = served(engine(tiny, BASE, env={ROPE_THETA_ENV: "10000"}))
+    other = served(captured_engine(tiny, BASE, env={ROPE_THETA_ENV: "10000"}))
     assert base["drafts"] > 0 and other["drafts"] > 0
     print(f"\nrope base 50000 (config): {_figures(base)}\nrope base 10000 ({ROPE_THETA_ENV}): "
           f"{_figures(other)}")
     assert f"rope base is 10000.0 from {ROPE_THETA_ENV} (config.json says 50000.0)" in other["_log"]
-    assert other["acceptance_length"] < base["acceptance_length"]
+    draft = os.path.join(tiny, BASE)
+    asked, first, _ = reference_numerics(draft, other["captured"], rope_theta=10000.0)
+    config_base, _, _ = reference_numerics(draft, other["captured"])
+    print(f"numerics over {first} prefill tokens: max |out diff| vs the reference at 10000 "
+          f"{max_diff(asked['out']):.2e}, at 50000 {max_diff(config_base['out']):.2e}")
+    for ours, vllms in asked.values():
+        torch.testing.assert_close(ours, vllms, **TOLERANCE)
+    # The config's base computes something else: the option changed the numerics (by
+    # 4.5e-2 on the builds of the README's margins table, against a tolerance of 1e-3).
+    assert max_diff(config_base["out"]) > 10 * TOLERANCE["atol"]
     assert other["token_ids"] == base["token_ids"]  # the target decides: still lossless
