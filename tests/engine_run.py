@@ -155,6 +155,8 @@ def _chat(llm, messages, params) -> dict:
 def main(spec: dict) -> dict:
     from vllm import LLM
 
+    from vllm_kimi_eagle.tools import vllm_server
+
     kwargs = dict(
         model=spec["target"],
         max_model_len=spec.get("max_model_len", 512),
@@ -179,12 +181,7 @@ def main(spec: dict) -> dict:
     try:
         return _serve(llm, spec, round(time.time() - started, 1))
     finally:
-        # A separate engine core (VLLM_ENABLE_V1_MULTIPROCESSING=1) and its workers
-        # outlive os._exit() below, holding their memory: stop them first.
-        try:
-            llm.llm_engine.engine_core.shutdown()
-        except Exception:  # the result stands; a failed shutdown is only logged
-            traceback.print_exc()
+        vllm_server.stop_engine(llm)  # before os._exit() below
 
 
 def _serve(llm, spec: dict, engine_seconds: float) -> dict:

@@ -207,6 +207,11 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         else:
             self.draft_id_to_target_id = None
         self.d2t_increasing = True  # set from the loaded d2t
+        logger.info(
+            "vllm-kimi-eagle: serving the draft %s with the plugin's class "
+            "(fc_norm %s, norm_output %s, norm_before_residual %s, draft vocabulary %d)",
+            self.draft_path, spec.fc_norm, spec.norm_output, spec.norm_before_residual,
+            spec.draft_vocab_size)
 
     def embed_input_ids(self, input_ids: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         return self.model.embed_input_ids(input_ids)

@@ -185,3 +185,49 @@ def supports_multimodal_inputs(model_config, version: Version | None = None) -> 
 
     return bool(MULTIMODAL_REGISTRY.supports_multimodal_inputs(model_config))
 
+
+# ---- GPU model runners (read in the 0.26.0 and 0.32.0 wheels; 0.26 run on an H100) ------
+# Both runners serve EAGLE3 drafts; the environment variable forces one: "1" Model Runner
+# V2, "0" the V1 runner. Log line of V2: "Using V2 Model Runner".
+RUNNER_SWITCH = "VLLM_USE_V2_MODEL_RUNNER"
+RUNNER_VALUES = {"v1": "0", "v2": "1"}
+# The runner a Kimi/DeepSeek-V3 (MoE) target gets on a GPU when nothing forces one:
+# up to 0.28 V2 only for the architectures in config/vllm.py
+# DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES (DeepseekV2ForCausalLM, ...) or non-MoE models, so
+# Kimi runs V1; from 0.29 V2 wherever Triton is present and no feature V2 lacks is set.
+# The CPU build has no Triton backend: V1 on every release.
+DEFAULT_GPU_RUNNER = ((Version("0.18.1"), "v1"), (Version("0.29.0"), "v2"))
+# Model Runner V2 with any num_speculative_tokens_per_batch_size fails to start in 0.26
+# (drafter CUDA-graph capture, v1/worker/gpu/input_batch.py make_dummy: `assert 0 <
+# num_reqs <= num_tokens`), with vLLM's in-tree draft class as with ours.
+V2_DYNAMIC_SPECULATION_BROKEN = (Version("0.26.0"),)
+
+
+def default_gpu_runner(version: Version | None = None) -> str:
+    """"v1" or "v2": the runner a Kimi target gets on a GPU with nothing forced."""
+    version = version or installed_vllm_version()
+    runner = DEFAULT_GPU_RUNNER[0][1]
+    for since, name in DEFAULT_GPU_RUNNER:
+        if version is not None and version >= since:
+            runner = name
+    return runner
+
+
+# ---- dynamic speculation (k per batch size) -----------------------------------------------
+# SpeculativeConfig.num_speculative_tokens_per_batch_size: inclusive (start, end, k) ranges,
+# first start 1, no overlap, k >= 0; gaps take the previous range's k, batch sizes past the
+# last end its k; k above num_speculative_tokens is lowered to it. Checked only when the
+# engine builds its scheduler, by this function (read in 0.28-0.32, byte-identical there).
+DYNAMIC_SCHEDULE_VALIDATOR = ("vllm.v1.spec_decode.dynamic.utils",
+                              "validate_and_normalize_dynamic_sd_schedule")
+
+
+def dynamic_schedule_validator():
+    """vLLM's validator of a k schedule, or None where this release has none."""
+    import importlib
+
+    module_name, name = DYNAMIC_SCHEDULE_VALIDATOR
+    try:
+        return getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError):
+        return None

@@ -39,6 +39,14 @@ def main(argv: list[str] | None = None) -> int:
         from vllm_kimi_eagle.tools.bench_e2e import cli
 
         return cli.main(argv[1:])
+    if argv[:1] == ["calibrate"]:  # its own options; see tools/calibrate/
+        from vllm_kimi_eagle.tools.calibrate import cli
+
+        return cli.main(argv[1:])
+    if argv[:1] == ["gpu-check"]:  # its own options; see tools/gpu_check/
+        from vllm_kimi_eagle.tools.gpu_check import cli
+
+        return cli.main(argv[1:])
     if argv[:1] == ["eval"]:  # its own options; see tools/evaluation/
         from vllm_kimi_eagle.tools.evaluation import cli
 
@@ -66,6 +74,16 @@ def main(argv: list[str] | None = None) -> int:
         "bench-e2e",
         help="tokens/s and acceptance vs k and concurrency against real vLLM servers: "
              "no speculation, the plugin, vLLM's in-tree class (--help for options)",
+    )
+    commands.add_parser(
+        "calibrate",
+        help="measure which layer reading (and rope base) a draft was trained on, on your "
+             "target, and say which setting to apply (--help for options)",
+    )
+    commands.add_parser(
+        "gpu-check",
+        help="serve the tiny models on this GPU through a matrix of real vLLM engines and "
+             "check the plugin against vLLM's in-tree class (--help for options)",
     )
     commands.add_parser(
         "bench-sampler",

@@ -82,6 +82,16 @@ class Server:
         models = json.loads(self.get("/v1/models"))["data"]
         return int(next(m for m in models if m["id"] == model)["max_model_len"])
 
+    def pause(self) -> None:
+        """Freeze the server's processes (SIGSTOP to its process group): it uses no CPU
+        while another server is measured."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGCONT)
+
     def log_tail(self, lines: int = 40) -> str:
         try:
             with open(self.log_path, errors="replace") as f:
@@ -179,9 +189,15 @@ def _wait_healthy(server: Server, timeout: float) -> None:
 
 
 def _stop(process: subprocess.Popen | None) -> None:
-    if process is None or process.poll() is not None:
+    """Stop the server's whole process group, also when its leader has exited already
+    (its engine processes may be left behind, paused)."""
+    if process is None:
         return
-    os.killpg(process.pid, signal.SIGTERM)
+    for sig in (signal.SIGCONT, signal.SIGTERM):  # a paused server cannot act on SIGTERM
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return  # the group is gone
     try:
         process.wait(timeout=60)
     except subprocess.TimeoutExpired:
@@ -207,3 +223,15 @@ def chat(server: Server, model: str, prompt: str, max_tokens: int) -> dict:
         "completion_tokens": response["usage"]["completion_tokens"],
         "seconds": time.time() - started,
     }
+
+
+def stop_engine(llm) -> None:
+    """Shut down an offline ``LLM``'s engine core and its workers. They run in processes
+    of their own (unless VLLM_ENABLE_V1_MULTIPROCESSING=0) and outlive a caller that
+    ends with os._exit(), holding their memory (GPU memory on a GPU)."""
+    import traceback
+
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception:  # the caller's result stands; a failed shutdown is only printed
+        traceback.print_exc()
