@@ -181,9 +181,10 @@ def ambiguity_advice(convention: str, other_capture: list[int]) -> str:
     """What to do when the ids could also mean the other convention (log and inspect)."""
     other = OTHER[convention]
     return (
-        f"read as {other}-layer they would capture {other_capture}; if the draft was "
-        f'trained on those, add "{CONVENTION_KEY}": "{other}" to its config.json (or set '
-        f"{CONVENTION_ENV}={other}); to keep this reading without this warning, "
+        f"read as {other}-layer they would capture {other_capture}; measure which one the "
+        "draft was trained on with `vllm-kimi-eagle calibrate --target TARGET --draft "
+        f'DRAFT`; if it is the other, add "{CONVENTION_KEY}": "{other}" to its config.json '
+        f"(or set {CONVENTION_ENV}={other}); to keep this reading without this warning, "
         f'"{CONVENTION_KEY}": "{convention}"'
     )
 

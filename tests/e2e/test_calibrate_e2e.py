@@ -1,0 +1,115 @@
+"""vllm-kimi-eagle calibrate on the tiny models, real vLLM: one capture of the target serves
+every draft; each draft's known trained layers must be what calibrate recommends.
+
+The capture engine runs once (the first test), with the prompts and token budget of
+helpers.engine; every other calibration reuses it (--capture). One calibration confirms
+online (two engines) and writes a calibrated copy, which a third engine serves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from tests.helpers import MAX_TOKENS, PROMPTS, engine, served
+from vllm_kimi_eagle.layer_ids import CONVENTION_KEY, IDS_KEY
+from vllm_kimi_eagle.tools.calibrate import cli
+
+pytestmark = pytest.mark.engine
+ALL_LAYERS = "1,2,3,4,5,6"
+# Every tiny draft and training-tool export, with the layers it was trained on (the
+# inputs of these layers, vLLM's meaning).
+TRAINED_ON = {
+    **{name: [2, 3, 5] for name in (
+        "draft", "draft-eagle3.1", "draft-midlayer", "draft-shared", "draft-pruned",
+        "draft-sharded-bf16", "draft-output-of", "draft-modelopt", "draft-torchspec",
+        "draft-torchspec-vllm", "draft-specforge", "draft-norm-before-residual",
+        "draft-narrow")},
+    "draft-late-modelopt": [3, 4, 5], "draft-late-explicit": [3, 4, 5],
+}
+
+
+@pytest.fixture(scope="module")
+def capture(tiny, tmp_path_factory):
+    """The capture folder and the prompts file every calibration here uses."""
+    root = tmp_path_factory.mktemp("calibrate")
+    prompts = root / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]})
+                               + "\n" for p in PROMPTS))
+    return {"dir": str(root / "capture"), "prompts": str(prompts), "root": root}
+
+
+def calibrate(tiny, capture, draft: str, *extra: str, capsys) -> tuple[int, dict]:
+    """One calibration in this process (the capture engine is a child process); (exit
+    status, the JSON report)."""
+    code = cli.main(["--target", os.path.join(tiny, "target"), "--draft", draft,
+                     "--prompts", capture["prompts"], "--max-tokens", str(MAX_TOKENS),
+                     "--capture", capture["dir"], "--capture-layers", ALL_LAYERS,
+                     "--out", str(capture["root"] / "out"), "--json", *extra])
+    out, err = capsys.readouterr()
+    print(err[-3000:])
+    return code, json.loads(out.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", sorted(TRAINED_ON))
+def test_calibrate_recommends_the_layers_each_draft_was_trained_on(tiny, capture, name, capsys):
+    code, report = calibrate(tiny, capture, os.path.join(tiny, name), "--no-confirm",
+                             capsys=capsys)
+    rows = {tuple(r["capture_ids"]): r["acceptance_length"] for r in report["candidates"]}
+    print(f"{name}: " + ", ".join(f"{list(c)} {a:.3f}" for c, a in rows.items()))
+    assert report["recommended"]["capture_ids"] == TRAINED_ON[name]
+    assert report["candidates"][0]["drafts"] > 0
+    # The plugin already reads each of these right: calibrate keeps today's reading.
+    assert report["current"]["capture_ids"] == TRAINED_ON[name] and code == 0
+
+
+def _retyped(tiny, root, source: str, name: str, edit) -> str:
+    folder = root / name
+    shutil.copytree(os.path.join(tiny, source), folder)
+    config = json.loads((folder / "config.json").read_text())
+    edit(config)
+    (folder / "config.json").write_text(json.dumps(config))
+    return str(folder)
+
+
+def test_a_draft_whose_ids_cannot_tell_is_measured(tiny, capture, capsys):
+    """Trained on [3, 4, 5], written output-of [2, 3, 4] with nothing else: the plugin
+    reads it input-of (AMBIGUOUS); calibrate finds [3, 4, 5] and says how to state it."""
+    def bare(config):
+        config.pop(IDS_KEY), config.pop(CONVENTION_KEY)
+        config["eagle_config"][IDS_KEY] = [2, 3, 4]
+
+    draft = _retyped(tiny, capture["root"], "draft-late-explicit", "late-bare", bare)
+    code, report = calibrate(tiny, capture, draft, "--no-confirm", capsys=capsys)
+    assert report["current"]["capture_ids"] == [2, 3, 4]
+    assert report["recommended"]["capture_ids"] == [3, 4, 5]
+    assert report["recommended"]["setting"]["config.json"] == {CONVENTION_KEY: "output-of"}
+    assert report["recommended"]["beats_current"] and code == cli.EXIT_RECOMMEND
+
+
+def test_a_wrong_explicit_convention_is_caught_confirmed_and_written(tiny, capture, capsys):
+    """The base draft (trained on [2, 3, 5]) with an explicit but wrong "output-of": the
+    plugin captures [3, 4, 6]. calibrate measures both, serves both, recommends [2, 3, 5];
+    its --write copy serves at the acceptance it confirmed."""
+    draft = _retyped(tiny, capture["root"], "draft", "mislabelled",
+                     lambda config: config.update({CONVENTION_KEY: "output-of"}))
+    written = str(capture["root"] / "calibrated")
+    code, report = calibrate(tiny, capture, draft, "--write", written, capsys=capsys)
+    rec = report["recommended"]
+    assert report["current"]["capture_ids"] == [3, 4, 6]
+    assert rec["capture_ids"] == [2, 3, 5] and code == cli.EXIT_RECOMMEND
+    assert rec["online"]["drafts"] > 0 and report["current"]["online"]["drafts"] > 0
+    assert rec["online"]["acceptance_length"] > report["current"]["online"]["acceptance_length"]
+    assert json.loads(open(os.path.join(written, "config.json")).read())[CONVENTION_KEY] == \
+        "input-of"
+    assert json.loads(open(os.path.join(draft, "config.json")).read())[CONVENTION_KEY] == \
+        "output-of"  # the user's folder is untouched
+    result = served(engine(tiny, written))
+    assert result["drafts"] > 0
+    print(f"--write copy served: acceptance {result['acceptance_length']} "
+          f"{result['acceptance_by_position']}; calibrate confirmed {rec['online']}")
+    assert result["acceptance_length"] == pytest.approx(rec["online"]["acceptance_length"],
+                                                        abs=1e-4)

@@ -1,0 +1,128 @@
+"""calibrate's pure parts: the candidate readings, today's reading, the setting to apply,
+the prompts file, and the decision with its noise."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from vllm_kimi_eagle.layer_ids import CONVENTION_ENV, CONVENTION_KEY, IDS_KEY
+from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV
+from vllm_kimi_eagle.tools.calibrate import candidates, scoring
+from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError
+from vllm_kimi_eagle.tools.calibrate.decision import decide
+from vllm_kimi_eagle.tools.calibrate.prompts import read_prompts
+
+
+def nested(ids, **extra):
+    return {"eagle_config": {IDS_KEY: ids}, "rope_theta": 50000.0, **extra}
+
+
+def captures(readings):
+    return [(list(r.capture_ids), r.rope_theta) for r in readings]
+
+
+def test_readings_are_as_written_and_plus_one_within_the_target():
+    got = candidates.readings(nested([2, 3, 5]), 6, can_capture_after_last=True)
+    assert captures(got) == [([2, 3, 5], None), ([3, 4, 6], None)]
+    assert got[0].convention == "input-of" and got[1].convention == "output-of"
+    # Capture after the last layer needs vLLM 0.25.1; without it [3, 4, 6] is out.
+    assert captures(candidates.readings(nested([2, 3, 5]), 6, False)) == [([2, 3, 5], None)]
+    # Output-of [0, ...] would capture the embeddings, which vLLM cannot.
+    assert captures(candidates.readings(nested([0, 2, 4]), 6, True)) == [([1, 3, 5], None)]
+
+
+def test_two_lists_that_disagree_give_both_and_the_same_layers_once():
+    config = {IDS_KEY: [2, 3, 5], "eagle_config": {IDS_KEY: [1, 2, 4]}, "rope_theta": 1.0}
+    got = candidates.readings(config, 6, True)
+    assert captures(got) == [([2, 3, 5], None), ([3, 4, 6], None), ([1, 2, 4], None)]
+    assert got[0].labels == (f"{IDS_KEY} as written (input-of)",
+                             f"eagle_config.{IDS_KEY} +1 (output-of)")
+
+
+def test_rope_bases_multiply_the_readings_and_the_config_base_is_not_repeated():
+    got = candidates.readings(nested([2, 3, 5]), 6, True, rope_thetas=(10000.0, 50000.0))
+    assert captures(got) == [([2, 3, 5], None), ([2, 3, 5], 10000.0),
+                             ([3, 4, 6], None), ([3, 4, 6], 10000.0)]
+
+
+def test_no_ids_means_vllms_default():
+    got = candidates.readings({"rope_theta": 1.0}, 61, True)
+    assert captures(got) == [([2, 30, 58], None)] and got[0].convention == "vllm-default"
+
+
+def test_todays_reading_is_the_resolvers():
+    today, line = candidates.current_reading(nested([1, 2, 4]), 6, True, environ={})
+    assert today == (2, 3, 5) and "output-of" in line
+    refused, why = candidates.current_reading(nested([4, 5, 9]), 6, True, environ={})
+    assert refused is None and why.startswith("refused: ")
+
+
+def test_the_setting_names_the_convention_or_the_layers_and_the_rope_base():
+    config = nested([2, 3, 4])
+    late = next(r for r in candidates.readings(config, 6, True) if r.capture_ids == (3, 4, 5))
+    assert candidates.setting(late, config) == {
+        "config.json": {CONVENTION_KEY: "output-of"},
+        "environment": {CONVENTION_ENV: "output-of"}}
+    # A reading of the list the plugin does not read first: the layers, explicitly.
+    both = {IDS_KEY: [2, 3, 5], "eagle_config": {IDS_KEY: [1, 2, 4]}}
+    other = next(r for r in candidates.readings(both, 6, True) if r.capture_ids == (1, 2, 4))
+    assert candidates.setting(other, both)["config.json"] == {
+        IDS_KEY: [1, 2, 4], CONVENTION_KEY: "input-of"}
+    rope = next(r for r in candidates.readings(config, 6, True, (10000.0,)) if r.rope_theta)
+    assert candidates.setting(rope, config)["environment"][ROPE_THETA_ENV] == "10000"
+    assert candidates.setting(rope, config)["config.json"]["rope_theta"] == 10000.0
+
+
+def test_a_target_without_mla_is_refused_with_its_file():
+    with pytest.raises(CalibrationError, match="t/config.json: model_type 'llama'"):
+        candidates.check_target({"model_type": "llama", "num_hidden_layers": 4}, "t")
+    assert candidates.check_target({"text_config": {"kv_lora_rank": 512,
+                                                    "num_hidden_layers": 61}}, "t") == 61
+
+
+def test_prompts_file_forms_and_errors(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text("\n".join([json.dumps("plain text"), json.dumps({"prompt": "p"}),
+                               json.dumps([{"role": "user", "content": "hi"}]),
+                               json.dumps({"messages": [{"role": "user", "content": "x"}]}),
+                               ""]))
+    assert read_prompts(str(path)) == [
+        {"prompt": "plain text"}, {"prompt": "p"},
+        {"messages": [{"role": "user", "content": "hi"}]},
+        {"messages": [{"role": "user", "content": "x"}]}]
+    path.write_text('"fine"\n{"messages": [{"content": "no role"}]}\n')
+    with pytest.raises(CalibrationError, match=r"p.jsonl, line 2: not a prompt"):
+        read_prompts(str(path))
+    path.write_text("{broken\n")
+    with pytest.raises(CalibrationError, match="line 1"):
+        read_prompts(str(path))
+    with pytest.raises(CalibrationError, match="cannot be read"):
+        read_prompts(str(tmp_path / "missing.jsonl"))
+
+
+def _rows(lengths):
+    return [{"reading": f"r{i}", "acceptance_length": a} for i, a in enumerate(lengths)]
+
+
+def test_decision_needs_the_lead_to_hold_over_resampled_prompts():
+    positions = torch.full((20,), 50.0)
+    steady = {0: torch.full((20, 3), 30.0), 1: torch.full((20, 3), 20.0)}
+    samples = scoring.bootstrap(steady, positions)
+    won = decide(_rows([2.8, 2.2]), current=1, samples=samples)
+    assert won["row"] == 0 and won["beats_current"] and "100.0%" in won["why"]
+    # Ahead on average, but only thanks to two prompts: a tie within noise.
+    lucky = torch.full((20, 3), 20.0)
+    lucky[:2] = 45.0
+    noisy = {0: lucky, 1: torch.full((20, 3), 21.0)}
+    samples = scoring.bootstrap(noisy, positions)
+    mean0 = 1 + float(lucky.sum() / positions.sum())
+    tie = decide(_rows([mean0, 2.26]), current=1, samples=samples)
+    assert tie["row"] == 1 and not tie["beats_current"] and "tie within noise" in tie["why"]
+    # The same inputs give the same samples: a recommendation cannot flip between runs.
+    again = scoring.bootstrap(noisy, positions)
+    assert all((again[i] == samples[i]).all() for i in samples)
+    # Today's reading refused by the plugin: the best reading is what to apply.
+    assert decide(_rows([2.1, 2.5]), None, samples)["row"] == 1

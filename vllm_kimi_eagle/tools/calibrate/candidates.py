@@ -1,0 +1,122 @@
+"""The readings ``calibrate`` measures: every plausible meaning of a draft's layer ids
+(and each rope base asked for), as data. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllm_kimi_eagle import layer_ids
+from vllm_kimi_eagle.config_access import config_value
+from vllm_kimi_eagle.layer_ids import CONVENTION_ENV, CONVENTION_KEY, IDS_KEY
+from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV, config_rope_theta
+
+# vLLM cannot capture id 0 (the embeddings: its capture adds a residual that is still
+# None before layer 0), so every reading starts at 1.
+LOWEST_CAPTURE_ID = 1
+
+
+class CalibrationError(ValueError):
+    """A draft or target that calibrate cannot measure; says what and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One candidate: the target layers vLLM would capture, and the draft's rope base."""
+
+    capture_ids: tuple[int, ...]
+    rope_theta: float | None
+    labels: tuple[str, ...]  # how the written ids give these layers, e.g. "eagle_config +1"
+    source: str  # the config key of the ids this reading reads (first label's)
+    convention: str  # layer_ids.INPUT_OF, OUTPUT_OF, or "vllm-default"
+
+    @property
+    def name(self) -> str:
+        rope = "" if self.rope_theta is None else f", rope {self.rope_theta:g}"
+        return f"{list(self.capture_ids)}{rope}"
+
+
+def written_lists(draft_config) -> list[tuple[str, list[int]]]:
+    """Every id list the config writes: (key, ids as a set in layer order)."""
+    lists = []
+    for key, ids in ((IDS_KEY, config_value(draft_config, IDS_KEY)),
+                     (f"eagle_config.{IDS_KEY}",
+                      config_value(config_value(draft_config, "eagle_config") or {}, IDS_KEY))):
+        if ids:
+            lists.append((key, sorted({int(i) for i in ids})))
+    return lists
+
+
+def highest_capture_id(num_layers: int, can_capture_after_last: bool) -> int:
+    return num_layers if can_capture_after_last else num_layers - 1
+
+
+def readings(draft_config, num_layers: int, can_capture_after_last: bool,
+             rope_thetas: tuple[float, ...] = ()) -> list[Reading]:
+    """Every reading worth measuring: each written list as written (input of layer N) and
+    plus one (output of layer N), within the target's capturable layers, times the
+    config's rope base and each of ``rope_thetas``; vLLM's default ids when the draft
+    names none. Readings that capture the same layers are one candidate."""
+    highest = highest_capture_id(num_layers, can_capture_after_last)
+    found: dict[tuple[int, ...], tuple[list[str], str, str]] = {}
+    lists = written_lists(draft_config)
+    if not lists:
+        found[tuple(layer_ids.vllm_default_ids(num_layers))] = (
+            ["vLLM's default (no ids written)"], "none", "vllm-default")
+    for key, ids in lists:
+        for convention, shift in ((layer_ids.INPUT_OF, 0), (layer_ids.OUTPUT_OF, 1)):
+            capture = tuple(i + shift for i in ids)
+            if min(capture) < LOWEST_CAPTURE_ID or max(capture) > highest:
+                continue
+            label = f"{key} {'as written' if shift == 0 else '+1'} ({convention})"
+            labels, source, conv = found.setdefault(capture, ([], key, convention))
+            labels.append(label)
+    config_theta = config_rope_theta(draft_config)
+    thetas = [None] + [t for t in dict.fromkeys(rope_thetas) if t != config_theta]
+    return [Reading(capture, theta, tuple(labels), source, convention)
+            for capture, (labels, source, convention) in found.items() for theta in thetas]
+
+
+def current_reading(draft_config, num_layers: int, can_capture_after_last: bool,
+                    fc_in_features=None, target_hidden_size=None, layer_prefix=None,
+                    environ=None) -> tuple[tuple[int, ...] | None, str]:
+    """The layers the plugin captures for this draft today, and its log line (the
+    resolver's decision; None when the resolver refuses the draft)."""
+    kwargs = {} if environ is None else {"environ": environ}
+    try:
+        decision = layer_ids.resolve_layer_ids(
+            draft_config, num_layers, can_capture_after_last=can_capture_after_last,
+            fc_in_features=fc_in_features, target_hidden_size=target_hidden_size,
+            layer_prefix=layer_prefix, **kwargs)
+    except layer_ids.LayerIdError as err:
+        return None, f"refused: {err}"
+    return tuple(decision.capture_ids), decision.log_line()
+
+
+def setting(reading: Reading, draft_config) -> dict:
+    """What to apply so that the plugin serves ``reading``: config.json fields, and the
+    environment variables that do the same where one can."""
+    config, env = {}, {}
+    _, read_first = layer_ids.written_ids(draft_config)  # the list the plugin reads
+    if reading.convention in layer_ids.CONVENTIONS and reading.source == read_first:
+        config[CONVENTION_KEY] = env[CONVENTION_ENV] = reading.convention
+    elif reading.convention in layer_ids.CONVENTIONS:
+        # The plugin reads the other list first: name the layers explicitly.
+        config.update({IDS_KEY: list(reading.capture_ids), CONVENTION_KEY: layer_ids.INPUT_OF})
+    if reading.rope_theta is not None:
+        config["rope_theta"] = reading.rope_theta
+        env[ROPE_THETA_ENV] = f"{reading.rope_theta:g}"
+    return {"config.json": config, "environment": env}
+
+
+def check_target(target_config: dict, path: str) -> int:
+    """The target's number of decoder layers; an error when it is not an MLA target."""
+    from vllm_kimi_eagle.config_access import text_config_value
+
+    kind = target_config.get("model_type")
+    layers = text_config_value(target_config, "num_hidden_layers")
+    if text_config_value(target_config, "kv_lora_rank") is None or not layers:
+        raise CalibrationError(
+            f"{path}/config.json: model_type {kind!r} has no kv_lora_rank (or no "
+            "num_hidden_layers): not an MLA target. calibrate measures MLA EAGLE3 drafts on "
+            "Kimi-K2.x / DeepSeek targets; give --target the model the draft was made for.")
+    return int(layers)

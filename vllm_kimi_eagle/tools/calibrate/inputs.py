@@ -1,0 +1,59 @@
+"""What ``calibrate`` checks before any engine starts: the two folders, the draft's
+tensors against its config, the rope bases asked for, the folder to write."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from vllm_kimi_eagle import checkpoint
+from vllm_kimi_eagle.config_access import text_config_value
+from vllm_kimi_eagle.draft_spec import DraftConfigError, spec_from_config
+from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError
+
+
+def read_config(folder: str, role: str) -> dict:
+    path = os.path.join(folder, "config.json")
+    if not os.path.isdir(folder):
+        raise CalibrationError(f"--{role} {folder}: not a folder; give the local model folder "
+                               "(download a hub model first, e.g. huggingface-cli download)")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as err:
+        raise CalibrationError(f"{path}: {err}") from None
+
+
+def check_draft(draft: str, config: dict, target_config: dict) -> None:
+    try:
+        spec = spec_from_config(config, source=os.path.join(draft, "config.json"))
+        problems = checkpoint.check_checkpoint(
+            spec, checkpoint.read_checkpoint(draft),
+            target_vocab=text_config_value(target_config, "vocab_size"),
+            target_hidden=text_config_value(target_config, "hidden_size"))
+    except (DraftConfigError, checkpoint.CheckpointError) as err:
+        raise CalibrationError(str(err)) from None
+    if problems:
+        raise CalibrationError(f"the draft at {draft} does not match its config.json:\n  - "
+                               + "\n  - ".join(problems))
+
+
+def parse_thetas(text: str | None) -> tuple[float, ...]:
+    if not text:
+        return ()
+    try:
+        thetas = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise CalibrationError(f"--rope-theta {text!r}: give rope bases as numbers, e.g. "
+                               "10000,50000") from None
+    if any(t <= 0 for t in thetas):
+        raise CalibrationError(f"--rope-theta {text!r}: rope bases are positive")
+    return thetas
+
+
+def check_out_folder(path: str, draft: str) -> None:
+    if os.path.abspath(path) == os.path.abspath(draft):
+        raise CalibrationError(f"--write {path} is the draft's own folder; calibrate never "
+                               "modifies it: give a new folder")
+    if os.path.exists(path) and os.listdir(path):
+        raise CalibrationError(f"--write {path} exists and is not empty; give a new folder")

@@ -1,0 +1,66 @@
+"""What ``calibrate`` prints and writes: the candidates table, the recommendation in words,
+and the calibrated copy of the draft folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+
+def format_table(rows: list[dict], current: int | None, recommended: int) -> str:
+    header = ["", "capture (input of)", "rope", "reading", "offline accept [5-95%]",
+              "per position", "positions", "online accept"]
+    table = [header]
+    for i, r in enumerate(rows):
+        mark = ("*" if i == recommended else " ") + ("=" if i == current else " ")
+        table.append([mark, str(r["capture_ids"]), "config" if r["rope_theta"] is None
+                      else f"{r['rope_theta']:g}", "; ".join(r["labels"]),
+                      f"{r['acceptance_length']:.3f} [{r['interval'][0]:.3f}-{r['interval'][1]:.3f}]",
+                      " ".join(f"{p:.2f}" for p in r["per_position"]), str(r["drafts"]),
+                      "-" if r.get("online") is None else f"{r['online']['acceptance_length']:.3f}"])
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in table]
+    return "\n".join(lines + ["(* recommended, = what the plugin reads today)"])
+
+
+def summary(report: dict, args) -> str:
+    rec = report["recommended"]
+    setting = rec["setting"]
+    how = ", ".join(f"{k} {json.dumps(v)}" for k, v in setting["config.json"].items()) or "nothing"
+    env = " ".join(f"{k}={v}" for k, v in setting["environment"].items())
+    if report["current"].get("capture_ids") is None:
+        head = (f"today the plugin refuses this draft ({report['current']['refused']}); "
+                f"the best reading captures {rec['capture_ids']}")
+    elif rec["beats_current"]:
+        head = (f"RECOMMENDED: capture {rec['capture_ids']} (acceptance {rec['acceptance_length']}"
+                f" offline) instead of today's {report['current']['capture_ids']} "
+                f"({report['current']['acceptance_length']}): {rec['why']}")
+    else:
+        head = (f"keep today's reading {rec['capture_ids']} (acceptance "
+                f"{rec['acceptance_length']} offline): {rec['why']}")
+    lines = [head, f"to state it explicitly, in the draft's config.json: {how}"
+             + (f"; or set {env}" if env else "")]
+    if args.write:
+        lines.append(f"wrote a calibrated copy of the draft to {args.write}")
+    return "\n".join(lines)
+
+
+def write_copy(draft: str, config: dict, setting: dict, folder: str) -> None:
+    """The draft folder with config.json carrying ``setting``: tensors hard-linked (or
+    copied), the user's folder untouched."""
+    os.makedirs(folder, exist_ok=True)
+    for name in os.listdir(draft):
+        source, dest = os.path.join(draft, name), os.path.join(folder, name)
+        if name == "config.json" or os.path.isdir(source):
+            continue
+        try:
+            os.link(source, dest)
+        except OSError:
+            shutil.copy2(source, dest)
+    written = dict(config, **setting["config.json"])
+    if "rope_theta" in setting["config.json"] and isinstance(written.get("rope_parameters"), dict):
+        written["rope_parameters"] = dict(written["rope_parameters"],
+                                          rope_theta=setting["config.json"]["rope_theta"])
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(written, f, indent=2)
