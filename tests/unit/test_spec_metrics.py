@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vllm_kimi_eagle.tools import spec_metrics
 from vllm_kimi_eagle.tools.spec_metrics import Scrape, spec_counters, time_per_output_token_ms
 
 
@@ -33,3 +34,14 @@ def test_one_metrics_parser_sums_engines_and_subtracts_scrapes():
     assert counters.drafts == 20.0 and counters.accepted_per_pos == {0: 16.0, 1: 0.0}
     # 2 requests, 202 tokens of which 2 came from prefills: 2 s / 200 tokens
     assert time_per_output_token_ms(window) == 10.0
+
+
+def test_batch_size_from_polled_running_requests():
+    text = ('# TYPE vllm:num_requests_running gauge\n'
+            'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+            'vllm:num_requests_running_other 9.0\n')
+    assert spec_metrics.running_requests(text) == 3.0
+    assert spec_metrics.running_requests("vllm:other 1.0\n") is None
+    # Polls between requests (nothing running) do not count: the batch while busy.
+    assert spec_metrics.mean_batch([0.0, 1.0, 1.0, None, 0.0, 2.0]) == 1.333
+    assert spec_metrics.mean_batch([0.0, None]) is None

@@ -24,6 +24,8 @@ PREFIX = "vllm:spec_decode_"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 FINISHED_REQUESTS = "vllm:request_success_total"
 DECODE_TIME = "vllm:request_decode_time_seconds"
+# Gauge: the requests the scheduler runs now (polled during a window: the batch size).
+RUNNING = "vllm:num_requests_running"
 
 
 class Scrape:
@@ -137,6 +139,22 @@ def time_per_output_token_ms(window: Scrape) -> float | None:
     requests = window.total(DECODE_TIME + "_count")
     decoded = window.total(GENERATION_TOKENS) - requests
     return round(1000 * decode_seconds / decoded, 3) if decoded > 0 else None
+
+
+def running_requests(metrics_text: str) -> float | None:
+    """The server's running requests (``RUNNING`` gauge, summed over engines) in one
+    ``/metrics`` text; None when the gauge is absent. A line scan, cheap enough to poll."""
+    values = [float(line.rsplit(" ", 1)[1]) for line in metrics_text.splitlines()
+              if line.startswith(RUNNING + "{") or line.startswith(RUNNING + " ")]
+    return sum(values) if values else None
+
+
+def mean_batch(samples: list[float | None]) -> float | None:
+    """Mean running requests over the polls of a window in which the engine was busy
+    (polls between requests, with nothing running, are left out): the batch size a k
+    schedule is keyed on, as the server reported it."""
+    busy = [v for v in samples if v]
+    return round(sum(busy) / len(busy), 3) if busy else None
 
 
 def from_llm_metrics(metrics) -> SpecCounters:

@@ -3,26 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import signal
 import sys
 import time
 
+from vllm_kimi_eagle import vllm_compat
 from vllm_kimi_eagle.tools import vllm_server
 from vllm_kimi_eagle.tools.bench_e2e import __doc__ as DESCRIPTION
+from vllm_kimi_eagle.tools.bench_e2e import k_schedule
 from vllm_kimi_eagle.tools.bench_e2e.chart import write_png
 from vllm_kimi_eagle.tools.bench_e2e.grid import (
     CONFIGS,
     DEFAULTS,
+    NONE,
+    PLUGIN,
     QUICK,
     BenchError,
     bench_server_args,
     plugin_problem,
+    schedule_config,
     settings,
 )
 from vllm_kimi_eagle.tools.bench_e2e.measure import run
-from vllm_kimi_eagle.tools.bench_e2e.report import format_report, write_json
+from vllm_kimi_eagle.tools.bench_e2e.report import (
+    format_report,
+    format_schedule,
+    write_json,
+)
 
 
 def _int_list(text: str) -> list[int]:
@@ -68,10 +78,11 @@ def parse_args(argv):
     p.add_argument("--prompts", type=_positive, help=f"distinct prompts per window (default "
                    f"{DEFAULTS['prompts']})")
     p.add_argument("--configs", type=_config_list,
-                   help=f"subset of {','.join(CONFIGS)} (default all)")
+                   help=f"subset of {','.join(CONFIGS)} (default "
+                        f"{','.join(DEFAULTS['configs'])})")
     p.add_argument("--max-servers", type=_positive,
-                   help="servers alive at once, the no-speculation one included (default: "
-                        "all configurations of one k together; --quick: 2). Configurations "
+                   help="servers alive at once, the no-speculation ones included (default: "
+                        "all configurations of one k together; --quick: 4). Configurations "
                         "not alive together are compared through their speedups over no "
                         "speculation, each measured in its own interleaved rounds")
     p.add_argument("--server-args", type=shlex.split, default=[],
@@ -86,6 +97,10 @@ def parse_args(argv):
                    help=f"a small grid (k {QUICK['k']}, concurrency {QUICK['concurrency']}, "
                         f"{QUICK['repeats']} repeats, configs {','.join(QUICK['configs'])}); "
                         "values you give still win")
+    p.add_argument("--schedule", action="store_true",
+                   help="derive a num_speculative_tokens_per_batch_size schedule from the "
+                        "measured best k per concurrency, serve it beside no speculation and "
+                        "the best fixed k, and write OUT/schedule.json and OUT/summary.json")
     p.add_argument("--out", default="out/bench-e2e")
     args = p.parse_args(argv)
     if bool(args.target) != bool(args.draft):
@@ -103,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         folder = ensure_tiny_models()
         args.target, args.draft = os.path.join(folder, "target"), os.path.join(folder, "draft")
     grid = settings(args)
-    problem = plugin_problem(grid["configs"], os.environ)
+    problem = plugin_problem(grid["configs"], os.environ) or (
+        schedule_problem(grid["configs"], os.environ) if args.schedule else None)
     if problem:
         print(f"vllm-kimi-eagle bench-e2e: {problem}", file=sys.stderr)
         return 2
@@ -119,14 +135,55 @@ def main(argv: list[str] | None = None) -> int:
     # becomes SystemExit, which unwinds through every running_server.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
-        cells, windows = run(args, grid, out)
+        result = run(args, grid, out, schedule=args.schedule)
     except (BenchError, vllm_server.ServerError) as err:
         print(f"vllm-kimi-eagle bench-e2e: {err}", file=sys.stderr)
         return 2
+    cells, windows, part = result["cells"], result["windows"], result.get("schedule")
     elapsed = time.perf_counter() - started
     json_path, png_path = os.path.join(out, "bench-e2e.json"), os.path.join(out, "bench-e2e.png")
-    write_json(json_path, grid, args, cells, windows, elapsed)
+    write_json(json_path, grid, args, cells, windows, elapsed, part)
     write_png(png_path, cells)
     print(format_report(cells, windows))
-    print(f"\nwrote {json_path}, {png_path}; elapsed {elapsed:.0f}s")
+    written = [json_path, png_path]
+    if part is not None:
+        rows = k_schedule.summary(part)
+        print(format_schedule(part, rows))
+        written += write_schedule(out, args.draft, part, rows)
+    print(f"\nwrote {', '.join(written)}; elapsed {elapsed:.0f}s")
     return 0
+
+
+def schedule_problem(configs: list[str], environ) -> str | None:
+    """Why --schedule cannot run with these configurations on this vLLM, before any server
+    starts."""
+    missing = [c for c in (NONE, PLUGIN) if c not in configs]
+    if missing:
+        return (f"--schedule derives the schedule from the configs none and plugin; add "
+                f"{','.join(missing)} to --configs")
+    if vllm_compat.dynamic_schedule_validator() is None:
+        return (f"vLLM {vllm_compat.installed_vllm_version()} has no "
+                "num_speculative_tokens_per_batch_size (dynamic speculation): --schedule needs "
+                "a release that has it")
+    if (environ.get(vllm_compat.RUNNER_SWITCH) == vllm_compat.RUNNER_VALUES["v2"]
+            and vllm_compat.installed_vllm_version() in vllm_compat.V2_DYNAMIC_SPECULATION_BROKEN):
+        return (f"{vllm_compat.RUNNER_SWITCH}=1: Model Runner V2 of vLLM "
+                f"{vllm_compat.installed_vllm_version()} cannot start with a k schedule; "
+                f"unset {vllm_compat.RUNNER_SWITCH} (the V1 runner serves it)")
+    return None
+
+
+def write_schedule(out: str, draft: str, part: dict, rows: list[dict]) -> list[str]:
+    """schedule.json (the --speculative-config that serves the schedule, ready to paste)
+    and summary.json; no schedule.json when no k beat no speculation."""
+    paths = []
+    if not part.get("skipped"):
+        paths.append(os.path.join(out, "schedule.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(schedule_config(draft, part["schedule"]), f)
+    paths.append(os.path.join(out, "summary.json"))
+    with open(paths[-1], "w") as f:
+        json.dump({"per_concurrency": rows, "schedule": part["schedule"],
+                   "best_k": part["best_k"], "batch": part["batch"],
+                   "validated": part["validated"], "skipped": part.get("skipped")}, f, indent=2)
+    return paths

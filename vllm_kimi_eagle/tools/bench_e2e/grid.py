@@ -8,7 +8,11 @@ from dataclasses import dataclass, field
 from vllm_kimi_eagle.tools import vllm_server
 
 
-NONE, PLUGIN, IN_TREE, NO_SHORTCUT = "none", "plugin", "in-tree", "no-shortcut"
+NONE, AA, PLUGIN, IN_TREE = "none", "none-aa", "plugin", "in-tree"
+NO_SHORTCUT, SCHEDULE_K0, SCHEDULE = "no-shortcut", "schedule-k0", "schedule"
+PLUGIN_ENV = {"VLLM_KIMI_EAGLE_DRAFT": "plugin"}
+# The k schedule that never drafts: what the mechanism costs by itself (see k_schedule.py).
+ALL_K0 = [[1, 1024, 0]]
 
 
 @dataclass(frozen=True)
@@ -18,21 +22,32 @@ class Config:
     speculative: bool
     spec_extra: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
+    drafts: bool | None = None  # whether its windows must propose drafts (default: speculative)
+
+    @property
+    def must_draft(self) -> bool:
+        return self.speculative if self.drafts is None else self.drafts
 
 
 CONFIGS = {
     NONE: Config("no speculation", speculative=False),
-    PLUGIN: Config("the plugin's draft class", True, env={"VLLM_KIMI_EAGLE_DRAFT": "plugin"}),
+    AA: Config("no speculation, a second server: the A/A check", speculative=False),
+    PLUGIN: Config("the plugin's draft class", True, env=PLUGIN_ENV),
     IN_TREE: Config("vLLM's in-tree draft class", True, env={"VLLM_KIMI_EAGLE_DRAFT": "upstream"}),
     NO_SHORTCUT: Config("the plugin, greedy shortcut off", True,
-                        spec_extra={"use_local_argmax_reduction": False},
-                        env={"VLLM_KIMI_EAGLE_DRAFT": "plugin"}),
+                        spec_extra={"use_local_argmax_reduction": False}, env=PLUGIN_ENV),
+    SCHEDULE_K0: Config("the plugin with a k schedule of 0 at every batch size", True,
+                        spec_extra={"num_speculative_tokens_per_batch_size": ALL_K0},
+                        env=PLUGIN_ENV, drafts=False),
 }
-DEFAULTS = {"k": [1, 2, 3, 4, 5], "concurrency": [1, 4, 16], "repeats": 3, "max_tokens": 64,
-            "prompts": 8, "configs": list(CONFIGS), "max_servers": None}
-# --quick: a grid measured to finish in under 10 minutes on 2 loaded cores (tiny models).
+# Configurations alive for the whole run, measured in every round.
+BASELINES = (NONE, AA)
+DEFAULTS = {"k": [1, 2, 3, 4, 5], "concurrency": [1, 4, 16, 32], "repeats": 3,
+            "max_tokens": 64, "prompts": 8, "configs": [NONE, AA, PLUGIN, IN_TREE, NO_SHORTCUT],
+            "max_servers": None}
+# --quick: a small grid for a 2-core machine (tiny models).
 QUICK = {"k": [1, 3], "concurrency": [1, 4], "repeats": 3, "max_tokens": 32, "prompts": 4,
-         "configs": [NONE, PLUGIN, IN_TREE], "max_servers": 2}
+         "configs": [NONE, AA, PLUGIN, IN_TREE], "max_servers": 4}
 # With the tiny default models (no --target) and no --server-args: eager mode starts in
 # about half the time of compiled mode on a CPU.
 TINY_SERVER_ARGS = ["--enforce-eager"]
@@ -43,27 +58,28 @@ class BenchError(RuntimeError):
 def server_groups(configs: list[str], max_servers: int | None) -> list[list[str]]:
     """The speculative configurations whose servers are alive together for one k.
 
-    The no-speculation server (when asked for) is alive all the time and counts as one
-    of ``max_servers`` (None: no limit, one group)."""
+    The no-speculation servers (BASELINES, when asked for) are alive all the time and
+    count in ``max_servers`` (None: no limit, one group)."""
     speculative = [c for c in configs if CONFIGS[c].speculative]
     if not speculative:
         return [[]]
-    size = len(speculative) if max_servers is None else max_servers - (NONE in configs)
+    alive = len([c for c in configs if c in BASELINES])
+    size = len(speculative) if max_servers is None else max_servers - alive
     if size < 1:
         raise BenchError(f"--max-servers {max_servers} leaves no room for a speculative "
                          "server next to the no-speculation one; give 2 or more")
     return [speculative[i:i + size] for i in range(0, len(speculative), size)]
 
 
-def schedule(ks: list[int], concurrencies: list[int], repeats: int, configs: list[str],
-             max_servers: int | None = None) -> list[tuple[int, int, int, int, str]]:
+def window_order(ks: list[int], concurrencies: list[int], repeats: int, configs: list[str],
+                 max_servers: int | None = None) -> list[tuple[int, int, int, int, str]]:
     """The measurement order: (k, group, round, concurrency, config). k by k, server
     group by group; within a group, round by round, every concurrency, each of the group's
-    configurations and no speculation once, in an order rotated by one each time."""
+    configurations and the no-speculation ones once, in an order rotated by one each time."""
     order = []
     for k in ks:
         for g, group in enumerate(server_groups(configs, max_servers)):
-            members = [c for c in configs if c == NONE or c in group]
+            members = [c for c in configs if c in BASELINES or c in group]
             for round_ in range(repeats):
                 for i, concurrency in enumerate(concurrencies):
                     shift = (round_ + i) % len(members)
@@ -75,7 +91,7 @@ def schedule(ks: list[int], concurrencies: list[int], repeats: int, configs: lis
 def plugin_problem(configs: list[str], environ) -> str | None:
     """Why the servers would not load the plugin although configurations need it."""
     plugins = environ.get("VLLM_PLUGINS")
-    needs = [c for c in configs if c != NONE]
+    needs = [c for c in configs if CONFIGS[c].speculative]
     if plugins is None or not needs or "kimi_eagle" in [p.strip() for p in plugins.split(",")]:
         return None
     return (f"VLLM_PLUGINS={plugins!r} keeps vLLM from loading this plugin, so configs "
@@ -83,12 +99,20 @@ def plugin_problem(configs: list[str], environ) -> str | None:
             "kimi_eagle to it")
 
 
-def server_config(config: str, draft: str, k: int) -> dict | None:
+def server_config(config: str, draft: str, k: int, extra: dict | None = None) -> dict | None:
     """The --speculative-config of a configuration at k (None: no speculation)."""
     spec = CONFIGS[config]
     if not spec.speculative:
         return None
-    return {"method": "eagle3", "model": draft, "num_speculative_tokens": k, **spec.spec_extra}
+    return {"method": "eagle3", "model": draft, "num_speculative_tokens": k, **spec.spec_extra,
+            **(extra or {})}
+
+
+def schedule_config(draft: str, schedule: list[list[int]]) -> dict:
+    """The --speculative-config that serves a k schedule (k up to its largest)."""
+    return {"method": "eagle3", "model": draft,
+            "num_speculative_tokens": max(k for _, _, k in schedule),
+            "num_speculative_tokens_per_batch_size": schedule}
 
 
 def settings(args) -> dict:

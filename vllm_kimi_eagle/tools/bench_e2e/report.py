@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 
 from vllm_kimi_eagle.tools import vllm_server
+from vllm_kimi_eagle.tools.bench_e2e import k_schedule
 from vllm_kimi_eagle.tools.bench_e2e.checks import goal_checks
-from vllm_kimi_eagle.tools.bench_e2e.grid import CONFIGS, bench_server_args
+from vllm_kimi_eagle.tools.bench_e2e.grid import SCHEDULE_K0, CONFIGS, bench_server_args
 from vllm_kimi_eagle.tools.bench_e2e.stats import best_k, speedup_rows
 from vllm_kimi_eagle.tools.speedup import CONSISTENCY_TOLERANCE
 
@@ -62,9 +63,58 @@ def format_report(cells: list[dict], windows: list[dict]) -> str:
         else:
             lines.append(f"best k at concurrency {concurrency}: k={k} (speedup {speedup}x, "
                          f"{lead}{_round_spread(rows, k)})")
+    lines += _mechanism_lines(cells)
     lines.append("")
     for check in goal_checks(cells, windows):
         lines.append(f"{check['status']}: {check['goal']}: {check['detail']}")
+    return "\n".join(lines)
+
+
+def _mechanism_lines(cells: list[dict]) -> list[str]:
+    """What a k schedule costs by itself: the plugin with k=0 at every batch size (the
+    draft never proposes) against no speculation, per concurrency."""
+    rows = [c for c in cells if c["config"] == SCHEDULE_K0 and c["speedup"] is not None]
+    if not rows:
+        return []
+    return ["", "the k-schedule mechanism alone (k=0 at every batch size vs no speculation, "
+                "tokens/s, paired per round): " + "; ".join(
+                    f"c={c['concurrency']}: {c['speedup']}x ({c['speedup_per_round']['min']}"
+                    f"-{c['speedup_per_round']['max']})" for c in rows)]
+
+
+def format_schedule(part: dict, rows: list[dict]) -> str:
+    """The derived schedule, how concurrency mapped to batch size, and per concurrency the
+    schedule against the better of no speculation and the best fixed k."""
+    lines = ["", f"k schedule (num_speculative_tokens_per_batch_size): {part['schedule']} "
+                 f"({part['validated']})",
+             "  derived from the best k per concurrency " + ", ".join(
+                 f"c={c}: {'none' if k is None else f'k={k}'}" for c, k in part["best_k"].items())
+             + "; batch sizes the no-speculation server ran (mean requests per step): " +
+             ", ".join(f"c={c}: {b}" for c, b in part["batch"].items())]
+    if part.get("skipped"):
+        return "\n".join(lines + [f"  {part['skipped']}"])
+    header = ["concurrency", "batch", "schedule k", "none tok/s", "best fixed k",
+              "fixed tok/s", "schedule tok/s", "schedule / max(none, fixed)", "rounds", ""]
+    table = [header] + [[str(r["concurrency"]), _num(r["batch"]), str(r["schedule_k"]),
+                         _num(r["none_tok_s"]), str(r["best_fixed_k"] or "none"),
+                         _num(r["best_fixed_tok_s"]), _num(r["schedule_tok_s"]),
+                         _num(r["schedule_over_best"]),
+                         f"{_num(r['paired_min'])}-{_num(r['paired_max'])}", r["status"]]
+                        for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    lines.append("  measured in rounds of their own (medians; the ratio is the median of "
+                 "the rounds' ratios):")
+    lines += ["  " + "  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in table]
+    same = [r for r in rows if r["schedule_over_same_fixed_k"] is not None
+            and r["schedule_k"] == r["best_fixed_k"]]
+    if same:
+        lines.append("  the schedule against the same fixed k (the mechanism's cost where both "
+                     "draft alike): " + "; ".join(
+                         f"c={r['concurrency']} k={r['schedule_k']}: "
+                         f"{r['schedule_over_same_fixed_k']}x" for r in same))
+    status = "PASS" if all(r["status"] == "PASS" for r in rows) else "FAIL"
+    lines.append(f"{status}: the schedule serves at >= {k_schedule.GOAL}x the better of no "
+                 "speculation and the best fixed k at every concurrency")
     return "\n".join(lines)
 
 
@@ -79,7 +129,7 @@ def _spread_text(s: dict) -> str:
 
 
 def write_json(path: str, grid: dict, args, cells: list[dict], windows: list[dict],
-               elapsed: float) -> None:
+               elapsed: float, schedule: dict | None = None) -> None:
     rows = speedup_rows(cells)
     best = {str(c): dict(zip(("k", "speedup"), best_k(rs))) for c, rs in rows.items()}
     report = {
@@ -93,6 +143,10 @@ def write_json(path: str, grid: dict, args, cells: list[dict], windows: list[dic
         "cells": cells,
         "best": best,
         "goals": goal_checks(cells, windows),
+        "isolation": "one server measured at a time, the others frozen (SIGSTOP)",
     }
+    if schedule is not None:
+        report["schedule"] = {k: v for k, v in schedule.items() if k != "windows"}
+        report["schedule"]["per_concurrency"] = k_schedule.summary(schedule)
     with open(path, "w") as f:
         json.dump(report, f, indent=2)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 
 from vllm_kimi_eagle.tools import spec_metrics
-from vllm_kimi_eagle.tools.bench_e2e.grid import CONFIGS, IN_TREE, NONE, PLUGIN
+from vllm_kimi_eagle.tools.bench_e2e.grid import AA, CONFIGS, IN_TREE, NONE, PLUGIN
 from vllm_kimi_eagle.tools.speedup import ratio, speedups
 
 
@@ -19,13 +19,21 @@ def spread(values: list[float]) -> dict:
             "max": round(max(values), 3), "values": [round(v, 3) for v in values]}
 
 
-def window_problem(config: str, counters: spec_metrics.SpecCounters) -> str | None:
-    """Why a window cannot stand as a figure of its configuration, if it cannot."""
-    if CONFIGS[config].speculative and counters.drafts <= 0:
+def window_problem(config: str, counters: spec_metrics.SpecCounters,
+                   must_draft: bool | None = None) -> str | None:
+    """Why a window cannot stand as a figure of its configuration, if it cannot.
+    ``must_draft`` overrides the configuration's rule (None: its rule; a config with no
+    entry in CONFIGS, like the k schedule, is checked only where ``must_draft`` says)."""
+    if must_draft is None:
+        must_draft = CONFIGS[config].must_draft if config in CONFIGS else None
+    if must_draft is None:
+        return None
+    if must_draft and counters.drafts <= 0:
         return (f"{config}: no draft was proposed during the window (spec-decode counters "
                 "did not move): the server does not speculate; see its log")
-    if not CONFIGS[config].speculative and counters.drafts > 0:
-        return f"{config}: {int(counters.drafts)} drafts in a window without speculation"
+    if not must_draft and counters.drafts > 0:
+        return (f"{config}: {int(counters.drafts)} drafts in a window of a configuration "
+                "that must not draft")
     return None
 
 
@@ -67,6 +75,8 @@ def cell(config: str, k: int, concurrency: int, windows: list[dict]) -> dict:
         "requests_per_window": mine[0]["requests"] if mine else 0,
         "tokens_per_s": tokens_per_s,
         "time_per_output_token_ms": tpot,
+        # Mean requests the engine sampled per step: the batch size a k schedule is keyed on.
+        "batch": spread([w.get("batch") for w in mine])["median"],
         "baseline_tokens_per_s": spread([w["tokens_per_s"] for w in base])["median"]
                                  if speculative else None,
         "speedup": both["speedup_generation"],
@@ -141,3 +151,27 @@ def round_winners(windows: list[dict], concurrency: int, lead: str) -> list[int 
             speedup, k = max(scores, key=lambda sk: (sk[0], -sk[1]))
             winners.append(k if speedup > 1 else None)
     return winners
+
+
+def aa_check(windows: list[dict], tolerance: float = 0.05) -> list[dict]:
+    """The same configuration measured twice in one run (no speculation, two servers):
+    per concurrency the ratio of medians and the paired per-round range; PASS within
+    ``tolerance``."""
+    checks = []
+    for c in sorted({w["concurrency"] for w in windows if w["config"] == AA}):
+        pairs: dict[tuple, dict[str, float]] = {}
+        for w in windows:
+            if w["concurrency"] == c and w["config"] in (NONE, AA):
+                pairs.setdefault((w["k"], w["group"], w["round"]), {})[w["config"]] = \
+                    w["tokens_per_s"]
+        paired = [p[AA] / p[NONE] for p in pairs.values() if AA in p and NONE in p]
+        medians = [spread([w["tokens_per_s"] for w in windows if w["concurrency"] == c
+                           and w["config"] == name])["median"] for name in (NONE, AA)]
+        r = ratio(medians[1], medians[0])
+        checks.append({"concurrency": c, "ratio": r,
+                       "paired_min": round(min(paired), 3) if paired else None,
+                       "paired_max": round(max(paired), 3) if paired else None,
+                       "rounds": len(paired),
+                       "status": "PASS" if r is not None and abs(r - 1) <= tolerance
+                       else "FAIL"})
+    return checks

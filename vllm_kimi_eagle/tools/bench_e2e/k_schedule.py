@@ -1,0 +1,124 @@
+"""A ``num_speculative_tokens_per_batch_size`` schedule from measured best k per
+concurrency, and its verdict. Pure, but for vLLM's own validator.
+
+vLLM keys the schedule on the number of requests the scheduler runs in a step; the bench
+sets client concurrency. The mapping between the two is measured, not assumed: each
+window polls the server's running requests (``vllm:num_requests_running`` in ``/metrics``)
+and keeps their mean while the engine was busy (spec_metrics.mean_batch).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from vllm_kimi_eagle import vllm_compat
+from vllm_kimi_eagle.tools.bench_e2e.grid import BenchError
+
+# The schedule's last range ends here; vLLM cuts it to the server's max_num_seqs.
+MAX_BATCH = 1024
+# The goal: the schedule serves at this share or more of the better of no speculation and
+# the best fixed k, at every concurrency (median over paired rounds).
+GOAL = 0.97
+
+
+def measured_batch(windows: list[dict], config: str) -> dict[int, float]:
+    """Median mean batch per concurrency over ``config``'s windows."""
+    by: dict[int, list[float]] = {}
+    for w in windows:
+        if w["config"] == config and w.get("batch"):
+            by.setdefault(w["concurrency"], []).append(w["batch"])
+    return {c: round(statistics.median(v), 2) for c, v in sorted(by.items())}
+
+
+def derive(best_k: dict[int, int | None], batch: dict[int, float],
+           max_batch: int = MAX_BATCH) -> list[list[int]]:
+    """Inclusive [start, end, k] ranges: each measured concurrency's best k (0 where no k
+    beat no speculation) over the batch sizes nearest to the one it produced, boundaries
+    half-way between neighbours; neighbouring ranges with the same k merged."""
+    by_size: dict[int, int] = {}
+    for c in sorted(c for c in best_k if c in batch):  # the same batch: the larger c decides
+        by_size[max(1, round(batch[c]))] = best_k[c] or 0
+    points = sorted(by_size.items())
+    if not points:
+        raise BenchError("no concurrency has both a best k and a measured batch size: the "
+                         "grid needs windows of none and of plugin at each concurrency")
+    ranges, start = [], 1
+    for i, (size, k) in enumerate(points):
+        end = (size + points[i + 1][0]) // 2 if i + 1 < len(points) else max_batch
+        if ranges and ranges[-1][2] == k:
+            ranges[-1][1] = end
+        else:
+            ranges.append([start, end, k])
+        start = end + 1
+    if ranges[-1][0] > max_batch:
+        raise BenchError(f"a measured batch of {points[-1][0]} is above the schedule's "
+                         f"largest batch size {max_batch}")
+    return ranges
+
+
+def validate(schedule: list[list[int]]) -> str:
+    """vLLM's own check of the schedule; what checked it. BenchError where vLLM rejects it."""
+    validator = vllm_compat.dynamic_schedule_validator()
+    if validator is None:
+        return "not checked: this vLLM has no dynamic-speculation validator"
+    try:
+        validator(schedule)
+    except ValueError as err:
+        raise BenchError(f"vLLM rejects the derived schedule {schedule}: {err}") from err
+    return f"checked with vLLM's {vllm_compat.DYNAMIC_SCHEDULE_VALIDATOR[1]}"
+
+
+def k_for_batch(schedule: list[list[int]], batch: float) -> int:
+    """The k the schedule gives a batch of this size (vLLM's rule, gaps and all)."""
+    size, k = max(1, round(batch)), schedule[0][2]
+    for start, _, range_k in schedule:
+        if size >= start:
+            k = range_k
+    return k
+
+
+def verdict(per_round: list[float]) -> tuple[float | None, str]:
+    """(median of the paired per-round ratios, PASS/FAIL against GOAL)."""
+    if not per_round:
+        return None, "SKIP"
+    median = round(statistics.median(per_round), 3)
+    return median, "PASS" if median >= GOAL else "FAIL"
+
+
+def _median(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
+
+
+def summary(part: dict) -> list[dict]:
+    """Per concurrency, from the schedule's own rounds: no speculation, the best fixed k,
+    the schedule (median tokens/s), and the schedule over the better of the other two,
+    paired per round (the goal's figure)."""
+    rows = []
+    windows = part.get("windows", [])
+    for c in sorted({w["concurrency"] for w in windows}):
+        here = [w for w in windows if w["concurrency"] == c]
+        k = part["best_k"].get(c) or None
+        fixed = f"fixed-k{k}" if k else None
+        by_round: dict[int, dict[str, float]] = {}
+        for w in here:
+            by_round.setdefault(w["round"], {})[w["name"]] = w["tokens_per_s"]
+        paired = [r["schedule"] / max(r["none"], r.get(fixed, 0.0)) for r in by_round.values()
+                  if "schedule" in r and "none" in r and (fixed is None or fixed in r)]
+        same_k = [r["schedule"] / r[fixed] for r in by_round.values()
+                  if fixed in r and "schedule" in r] if fixed else []
+        ratio, status = verdict(paired)
+        rows.append({
+            "concurrency": c,
+            "none_tok_s": _median([w["tokens_per_s"] for w in here if w["name"] == "none"]),
+            "best_fixed_k": k or 0,
+            "best_fixed_tok_s": _median([w["tokens_per_s"] for w in here if w["name"] == fixed]),
+            "schedule_tok_s": _median([w["tokens_per_s"] for w in here if w["name"] == "schedule"]),
+            "batch": part["batch"].get(c),
+            "schedule_k": k_for_batch(part["schedule"], part["batch"].get(c, 1)),
+            "schedule_over_best": ratio,
+            "paired_min": round(min(paired), 3) if paired else None,
+            "paired_max": round(max(paired), 3) if paired else None,
+            "schedule_over_same_fixed_k": _median(same_k),
+            "status": status,
+        })
+    return rows
