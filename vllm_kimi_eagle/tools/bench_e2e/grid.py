@@ -108,10 +108,11 @@ def server_config(config: str, draft: str, k: int, extra: dict | None = None) ->
             **(extra or {})}
 
 
-def schedule_config(draft: str, schedule: list[list[int]]) -> dict:
-    """The --speculative-config that serves a k schedule (k up to its largest)."""
+def schedule_config(draft: str, schedule: list[list[int]], at_least: int = 1) -> dict:
+    """The --speculative-config that serves a k schedule (k up to its largest; vLLM wants
+    num_speculative_tokens >= 1 even where the schedule never drafts)."""
     return {"method": "eagle3", "model": draft,
-            "num_speculative_tokens": max(k for _, _, k in schedule),
+            "num_speculative_tokens": max(at_least, *(k for _, _, k in schedule)),
             "num_speculative_tokens_per_batch_size": schedule}
 
 

@@ -78,7 +78,8 @@ def _mechanism_lines(cells: list[dict]) -> list[str]:
         return []
     return ["", "the k-schedule mechanism alone (k=0 at every batch size vs no speculation, "
                 "tokens/s, paired per round): " + "; ".join(
-                    f"c={c['concurrency']}: {c['speedup']}x ({c['speedup_per_round']['min']}"
+                    f"k={c['measured_with_k']} c={c['concurrency']}: {c['speedup']}x "
+                    f"({c['speedup_per_round']['min']}"
                     f"-{c['speedup_per_round']['max']})" for c in rows)]
 
 
@@ -89,10 +90,13 @@ def format_schedule(part: dict, rows: list[dict]) -> str:
                  f"({part['validated']})",
              "  derived from the best k per concurrency " + ", ".join(
                  f"c={c}: {'none' if k is None else f'k={k}'}" for c, k in part["best_k"].items())
-             + "; batch sizes the no-speculation server ran (mean requests per step): " +
+             + "; batch sizes the no-speculation server ran (mean running requests while "
+               "busy): " +
              ", ".join(f"c={c}: {b}" for c, b in part["batch"].items())]
     if part.get("skipped"):
-        return "\n".join(lines + [f"  {part['skipped']}"])
+        lines.append(f"  {part['skipped']}")
+    if not rows:
+        return "\n".join(lines)
     header = ["concurrency", "batch", "schedule k", "none tok/s", "best fixed k",
               "fixed tok/s", "schedule tok/s", "schedule / max(none, fixed)", "rounds", ""]
     table = [header] + [[str(r["concurrency"]), _num(r["batch"]), str(r["schedule_k"]),
