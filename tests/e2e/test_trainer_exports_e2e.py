@@ -114,7 +114,8 @@ def test_draft_served_with_another_rope_base(tiny):
           f"{max_diff(asked['out']):.2e}, at 50000 {max_diff(config_base['out']):.2e}")
     for ours, vllms in asked.values():
         torch.testing.assert_close(ours, vllms, **TOLERANCE)
-    # The config's base computes something else: the option changed the numerics (by
-    # 4.5e-2 on the builds of the README's margins table, against a tolerance of 1e-3).
-    assert max_diff(config_base["out"]) > 10 * TOLERANCE["atol"]
+    # The config's base computes something else: by the tolerance that calls the numerics
+    # equal above, they are not (off by 1.3e-2 to 2.9e-2 on the builds of the README's
+    # margins table, against atol 1e-3): the option changed what the draft computes.
+    assert not torch.allclose(*config_base["out"], **TOLERANCE)
     assert other["token_ids"] == base["token_ids"]  # the target decides: still lossless
