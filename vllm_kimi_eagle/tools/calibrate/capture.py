@@ -16,13 +16,10 @@ from vllm_kimi_eagle.layer_ids import CONVENTION_ENV
 from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV
 from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError
 from vllm_kimi_eagle.tools.calibrate.engines import RESULT_PREFIX
+from vllm_kimi_eagle.tools.progress import say
 
 ENGINE_TIMEOUT_S = 7200
 MANIFEST_FORMAT = 1  # bump when what a capture keeps changes: older captures are redone
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def run_engine(mode: str, spec: dict, log_path: str) -> dict:

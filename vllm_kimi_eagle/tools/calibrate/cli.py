@@ -14,7 +14,7 @@ from vllm_kimi_eagle.config_access import text_config_value
 from vllm_kimi_eagle.tools.calibrate import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.calibrate import candidates, scoring
 from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError, Reading
-from vllm_kimi_eagle.tools.calibrate.capture import ensure_capture, run_engine, say
+from vllm_kimi_eagle.tools.calibrate.capture import ensure_capture, run_engine
 from vllm_kimi_eagle.tools.calibrate.decision import decide, recheck_online
 from vllm_kimi_eagle.tools.calibrate.inputs import (
     check_draft,
@@ -24,6 +24,7 @@ from vllm_kimi_eagle.tools.calibrate.inputs import (
 )
 from vllm_kimi_eagle.tools.calibrate.prompts import default_prompts, is_tiny_target, read_prompts
 from vllm_kimi_eagle.tools.calibrate.report import format_table, summary, write_copy
+from vllm_kimi_eagle.tools.progress import say
 
 EXIT_RECOMMEND, EXIT_ERROR = 3, 2
 TINY_ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "max_model_len": 512}

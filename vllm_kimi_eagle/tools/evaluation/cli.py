@@ -8,7 +8,8 @@ import sys
 
 from vllm_kimi_eagle.tools import vllm_server
 from vllm_kimi_eagle.tools.evaluation import __doc__ as DESCRIPTION
-from vllm_kimi_eagle.tools.evaluation.measure import measured_run, say, server_for
+from vllm_kimi_eagle.tools.evaluation.measure import measured_run, server_for
+from vllm_kimi_eagle.tools.progress import say
 from vllm_kimi_eagle.tools.evaluation.report import compare, write_report
 from vllm_kimi_eagle.tools.evaluation.tasks import (
     DEFAULT_TASK,

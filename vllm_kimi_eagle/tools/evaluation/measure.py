@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from contextlib import contextmanager
 
@@ -17,10 +16,7 @@ from vllm_kimi_eagle.tools.evaluation.tasks import (
     refuse_scoring,
     run_lm_eval,
 )
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+from vllm_kimi_eagle.tools.progress import say
 
 
 def context_problem(task: str, longest_prompt: int, max_tokens: int, max_model_len: int,

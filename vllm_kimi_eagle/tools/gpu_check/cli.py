@@ -24,6 +24,7 @@ from vllm_kimi_eagle.tools.gpu_check.verdicts import (
     log_facts,
     report_rows,
 )
+from vllm_kimi_eagle.tools.progress import say
 
 NEEDS = ("gpu-check needs a CUDA GPU and the CUDA build of vLLM (pip install vllm); "
          "this machine has {found}.")
@@ -61,10 +62,6 @@ def head_dims_problem(models: str) -> str | None:
     return (f"{models}/target/config.json has {wrong}; vLLM's GPU MLA backends need "
             f"{GPU_HEAD_DIMS}. Rebuild the tiny models with this release's builder "
             "(vllm-kimi-eagle build-tiny --force) or point --models to such a build.")
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def run_case(case: Case, args, models: str, out: str) -> tuple[dict, str]:
