@@ -13,11 +13,12 @@ from vllm_kimi_eagle.tools.bench_e2e.grid import NONE, PLUGIN
 pytestmark = pytest.mark.engine
 
 
-def test_smallest_real_run_writes_cells_chart_and_verdict(tiny, tmp_path):
-    """Two real servers (no speculation, plugin at k=1), one window each: ~2 minutes."""
+def test_smallest_real_run_writes_cells_chart_verdict_and_schedule(tiny, tmp_path):
+    """Two real servers (no speculation, plugin at k=1), one window each, then --schedule:
+    the derived schedule's server and the all-zero schedule's, one window each: ~4 minutes."""
     proc = run_cli("bench-e2e", "--k", "1", "--concurrency", "1", "--repeats", "1",
                    "--configs", "none,plugin", "--max-tokens", "16", "--prompts", "2",
-                   "--out", str(tmp_path), timeout=1200)
+                   "--schedule", "--out", str(tmp_path), timeout=1800)
     print(proc.stdout)
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = json.loads((tmp_path / "bench-e2e.json").read_text())
@@ -38,3 +39,18 @@ def test_smallest_real_run_writes_cells_chart_and_verdict(tiny, tmp_path):
     assert (tmp_path / "bench-e2e.png").stat().st_size > 10_000
     assert "best k at concurrency 1:" in proc.stdout and "elapsed" in proc.stdout
     assert "bench-e2e windows" in proc.stderr  # progress
+    # --schedule: derived from what was measured, served, and the all-zero schedule's cost
+    # measured beside it (the bench stops where a window drafts against its rule).
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    (row,) = summary["per_concurrency"]
+    assert row["concurrency"] == 1 and row["batch"] == pytest.approx(1.0, abs=0.05)
+    assert row["none_tok_s"] > 0 and row["schedule_tok_s"] > 0
+    assert row["all_zero_schedule_tok_s"] > 0 and row["all_zero_schedule_over_none"] > 0
+    assert row["status"] in ("PASS", "FAIL") and "schedule / max(none, fixed)" in proc.stdout
+    spec = summary["speculative_config"]
+    if spec is None:  # no k beat no speculation: served and advised without a draft
+        assert summary["schedule"] == [[1, 1024, 0]] and not (tmp_path / "schedule.json").exists()
+        assert "serve without a draft" in proc.stdout
+    else:
+        assert json.loads((tmp_path / "schedule.json").read_text()) == spec
+        assert spec["num_speculative_tokens_per_batch_size"] == summary["schedule"]

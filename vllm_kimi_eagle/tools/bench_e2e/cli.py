@@ -24,7 +24,6 @@ from vllm_kimi_eagle.tools.bench_e2e.grid import (
     BenchError,
     bench_server_args,
     plugin_problem,
-    schedule_config,
     settings,
 )
 from vllm_kimi_eagle.tools.bench_e2e.measure import run
@@ -149,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if part is not None:
         rows = k_schedule.summary(part)
         print(format_schedule(part, rows))
-        written += write_schedule(out, args.draft, part, rows)
+        written += write_schedule(out, part, rows)
     print(f"\nwrote {', '.join(written)}; elapsed {elapsed:.0f}s")
     return 0
 
@@ -173,17 +172,18 @@ def schedule_problem(configs: list[str], environ) -> str | None:
     return None
 
 
-def write_schedule(out: str, draft: str, part: dict, rows: list[dict]) -> list[str]:
+def write_schedule(out: str, part: dict, rows: list[dict]) -> list[str]:
     """schedule.json (the --speculative-config that serves the schedule, ready to paste)
-    and summary.json; no schedule.json when no k beat no speculation."""
+    and summary.json; no schedule.json when the schedule is served without a draft."""
     paths = []
-    if not part.get("skipped"):
+    if part["speculative_config"] is not None:
         paths.append(os.path.join(out, "schedule.json"))
         with open(paths[-1], "w") as f:
-            json.dump(schedule_config(draft, part["schedule"]), f)
+            json.dump(part["speculative_config"], f)
     paths.append(os.path.join(out, "summary.json"))
     with open(paths[-1], "w") as f:
         json.dump({"per_concurrency": rows, "schedule": part["schedule"],
+                   "speculative_config": part["speculative_config"],
                    "best_k": part["best_k"], "batch": part["batch"],
                    "validated": part["validated"], "skipped": part.get("skipped")}, f, indent=2)
     return paths

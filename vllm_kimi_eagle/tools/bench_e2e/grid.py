@@ -71,19 +71,35 @@ def server_groups(configs: list[str], max_servers: int | None) -> list[list[str]
     return [speculative[i:i + size] for i in range(0, len(speculative), size)]
 
 
+def balanced_order(names: list[str], index: int) -> list[str]:
+    """The ``index``-th order of ``names`` in a Williams design: over n consecutive
+    indices (2n for an odd n) every name takes every position equally often and follows
+    every other name equally often. A window measured right after a given server (its
+    caches, its memory traffic) is then no more one configuration's luck than another's;
+    a plain rotation always measures the same pair back to back."""
+    n = len(names)
+    if n < 2:
+        return list(names)
+    first = [0] + [(j + 1) // 2 if j % 2 else n - j // 2 for j in range(1, n)]
+    row = [(f + index) % n for f in first]
+    if n % 2 and (index // n) % 2:
+        row.reverse()
+    return [names[i] for i in row]
+
+
 def window_order(ks: list[int], concurrencies: list[int], repeats: int, configs: list[str],
                  max_servers: int | None = None) -> list[tuple[int, int, int, int, str]]:
     """The measurement order: (k, group, round, concurrency, config). k by k, server
     group by group; within a group, round by round, every concurrency, each of the group's
-    configurations and the no-speculation ones once, in an order rotated by one each time."""
+    configurations and the no-speculation ones once, in the next order of a balanced
+    design (balanced_order)."""
     order = []
     for k in ks:
         for g, group in enumerate(server_groups(configs, max_servers)):
             members = [c for c in configs if c in BASELINES or c in group]
             for round_ in range(repeats):
                 for i, concurrency in enumerate(concurrencies):
-                    shift = (round_ + i) % len(members)
-                    for config in members[shift:] + members[:shift]:
+                    for config in balanced_order(members, round_ * len(concurrencies) + i):
                         order.append((k, g, round_, concurrency, config))
     return order
 
@@ -108,11 +124,11 @@ def server_config(config: str, draft: str, k: int, extra: dict | None = None) ->
             **(extra or {})}
 
 
-def schedule_config(draft: str, schedule: list[list[int]], at_least: int = 1) -> dict:
-    """The --speculative-config that serves a k schedule (k up to its largest; vLLM wants
-    num_speculative_tokens >= 1 even where the schedule never drafts)."""
+def schedule_config(draft: str, schedule: list[list[int]]) -> dict:
+    """The --speculative-config that serves a k schedule (num_speculative_tokens: its
+    largest k, which vLLM requires to be at least 1: see k_schedule.serving_config)."""
     return {"method": "eagle3", "model": draft,
-            "num_speculative_tokens": max(at_least, *(k for _, _, k in schedule)),
+            "num_speculative_tokens": max(k for _, _, k in schedule),
             "num_speculative_tokens_per_batch_size": schedule}
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import statistics
 
 from vllm_kimi_eagle import vllm_compat
-from vllm_kimi_eagle.tools.bench_e2e.grid import BenchError
+from vllm_kimi_eagle.tools.bench_e2e.grid import SCHEDULE, SCHEDULE_K0, NONE, BenchError, \
+    schedule_config
 
 # The schedule's last range ends here; vLLM cuts it to the server's max_num_seqs.
 MAX_BATCH = 1024
@@ -56,6 +57,21 @@ def derive(best_k: dict[int, int | None], batch: dict[int, float],
     return ranges
 
 
+NO_DRAFT_ADVICE = ("no k beats no speculation at any concurrency: serve without a draft "
+                   "(no --speculative-config, no schedule.json); the all-zero schedule would "
+                   "still run the draft's forward pass every step, measured below")
+
+
+def serving_config(draft: str, schedule: list[list[int]]) -> dict | None:
+    """The --speculative-config that serves a schedule; None (no speculative config) for
+    one that is 0 at every batch size. vLLM's proposer still runs the draft's first
+    forward pass at k=0, to keep the draft's KV cache in step for when k rises again, so
+    an all-zero schedule costs that pass on every step and gains nothing."""
+    if max(k for _, _, k in schedule) == 0:
+        return None
+    return schedule_config(draft, schedule)
+
+
 def validate(schedule: list[list[int]]) -> str:
     """vLLM's own check of the schedule; what checked it. BenchError where vLLM rejects it."""
     validator = vllm_compat.dynamic_schedule_validator()
@@ -89,10 +105,17 @@ def _median(values: list[float]) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
+def _paired(by_round: dict[int, dict[str, float]], name: str, *over: str) -> list[float]:
+    """Per round: ``name``'s tokens/s over the best of ``over`` (rounds that have all)."""
+    return [r[name] / max(r[o] for o in over) for r in by_round.values()
+            if name in r and all(o in r for o in over)]
+
+
 def summary(part: dict) -> list[dict]:
     """Per concurrency, from the schedule's own rounds: no speculation, the best fixed k,
-    the schedule (median tokens/s), and the schedule over the better of the other two,
-    paired per round (the goal's figure)."""
+    the schedule and the all-zero schedule (median tokens/s); the schedule over the better
+    of no speculation and the best fixed k, paired per round (the goal's figure); the
+    all-zero schedule over no speculation (the mechanism's cost)."""
     rows = []
     windows = part.get("windows", [])
     for c in sorted({w["concurrency"] for w in windows}):
@@ -102,23 +125,30 @@ def summary(part: dict) -> list[dict]:
         by_round: dict[int, dict[str, float]] = {}
         for w in here:
             by_round.setdefault(w["round"], {})[w["name"]] = w["tokens_per_s"]
-        paired = [r["schedule"] / max(r["none"], r.get(fixed, 0.0)) for r in by_round.values()
-                  if "schedule" in r and "none" in r and (fixed is None or fixed in r)]
-        same_k = [r["schedule"] / r[fixed] for r in by_round.values()
-                  if fixed in r and "schedule" in r] if fixed else []
+        paired = _paired(by_round, SCHEDULE, NONE, *([fixed] if fixed else []))
         ratio, status = verdict(paired)
+        mechanism = _paired(by_round, SCHEDULE_K0, NONE)
+
+        def tok_s(name):
+            return _median([w["tokens_per_s"] for w in here if w["name"] == name])
+
         rows.append({
             "concurrency": c,
-            "none_tok_s": _median([w["tokens_per_s"] for w in here if w["name"] == "none"]),
+            "none_tok_s": tok_s(NONE),
             "best_fixed_k": k or 0,
-            "best_fixed_tok_s": _median([w["tokens_per_s"] for w in here if w["name"] == fixed]),
-            "schedule_tok_s": _median([w["tokens_per_s"] for w in here if w["name"] == "schedule"]),
+            "best_fixed_tok_s": tok_s(fixed),
+            "schedule_tok_s": tok_s(SCHEDULE),
             "batch": part["batch"].get(c),
             "schedule_k": k_for_batch(part["schedule"], part["batch"].get(c, 1)),
             "schedule_over_best": ratio,
             "paired_min": round(min(paired), 3) if paired else None,
             "paired_max": round(max(paired), 3) if paired else None,
-            "schedule_over_same_fixed_k": _median(same_k),
+            "schedule_over_same_fixed_k": _median(_paired(by_round, SCHEDULE, fixed))
+                                          if fixed else None,
+            "all_zero_schedule_tok_s": tok_s(SCHEDULE_K0),
+            "all_zero_schedule_over_none": _median(mechanism),
+            "all_zero_paired_min": round(min(mechanism), 3) if mechanism else None,
+            "all_zero_paired_max": round(max(mechanism), 3) if mechanism else None,
             "status": status,
         })
     return rows

