@@ -14,7 +14,7 @@ from vllm_kimi_eagle.tools.bench_e2e.checks import goal_checks
 from vllm_kimi_eagle.tools.bench_e2e import k_schedule
 from vllm_kimi_eagle.tools.bench_e2e.grid import (
     AA, ALL_K0, CONFIGS, IN_TREE, NO_SHORTCUT, NONE, PLUGIN, SCHEDULE_K0, BenchError,
-    balanced_order, bench_server_args, plugin_problem, schedule_config, server_config,
+    balanced_order, bench_server_args, groups_of, plugin_problem, schedule_config, server_config,
     server_groups, window_order,
 )
 from vllm_kimi_eagle.tools.bench_e2e.report import format_report
@@ -261,6 +261,34 @@ def test_schedule_verdict_is_paired_per_round_against_the_better_of_none_and_fix
             high["all_zero_paired_max"]) == (0.85, 0.8, 0.9)
     assert set(low) >= {"concurrency", "none_tok_s", "best_fixed_k", "best_fixed_tok_s",
                         "schedule_tok_s"}
+
+
+def test_schedule_ratios_hold_across_server_groups():
+    # --max-servers 2: the schedule beside none in group 0, the fixed k beside none in
+    # group 1, the machine 10% slower during group 1. Each is taken over its own none.
+    part = {"best_k": {1: 3}, "batch": {1: 1.0}, "schedule": [[1, 1024, 3]], "windows": []}
+    for r in range(3):
+        part["windows"] += [
+            {"group": 0, "round": r, "concurrency": 1, "name": "none", "tokens_per_s": 100.0},
+            {"group": 0, "round": r, "concurrency": 1, "name": "schedule", "tokens_per_s": 126.0},
+            {"group": 1, "round": r, "concurrency": 1, "name": "none", "tokens_per_s": 90.0},
+            {"group": 1, "round": r, "concurrency": 1, "name": "fixed-k3", "tokens_per_s": 117.0},
+            {"group": 2, "round": r, "concurrency": 1, "name": "none", "tokens_per_s": 95.0},
+            {"group": 2, "round": r, "concurrency": 1, "name": SCHEDULE_K0,
+             "tokens_per_s": 76.0}]
+    (row,) = k_schedule.summary(part)
+    # 1.26 / 1.30, not 126 / 117 (raw tokens/s across groups would say 1.077: PASS).
+    assert row["schedule_over_best"] == 0.969 and row["status"] == "FAIL"
+    assert row["schedule_over_same_fixed_k"] == 0.969
+    assert row["all_zero_schedule_over_none"] == 0.8
+
+
+def test_groups_fit_max_servers_beside_the_servers_that_stay_up():
+    assert groups_of(["a", "b", "c"], None, alive=1) == [["a", "b", "c"]]
+    assert groups_of(["a", "b", "c"], 2, alive=1) == [["a"], ["b"], ["c"]]
+    assert groups_of(["a", "b", "c"], 3, alive=1) == [["a", "b"], ["c"]]
+    with pytest.raises(BenchError, match="--max-servers 1"):
+        groups_of(["a"], 1, alive=1)
 
 
 def test_schedule_windows_are_checked_where_the_schedule_drafts():

@@ -63,12 +63,17 @@ def server_groups(configs: list[str], max_servers: int | None) -> list[list[str]
     speculative = [c for c in configs if CONFIGS[c].speculative]
     if not speculative:
         return [[]]
-    alive = len([c for c in configs if c in BASELINES])
-    size = len(speculative) if max_servers is None else max_servers - alive
+    return groups_of(speculative, max_servers, len([c for c in configs if c in BASELINES]))
+
+
+def groups_of(names: list[str], max_servers: int | None, alive: int) -> list[list[str]]:
+    """``names`` in groups that fit in ``max_servers`` beside ``alive`` servers that stay
+    up all the time (None: one group)."""
+    size = len(names) if max_servers is None else max_servers - alive
     if size < 1:
         raise BenchError(f"--max-servers {max_servers} leaves no room for a speculative "
                          "server next to the no-speculation one; give 2 or more")
-    return [speculative[i:i + size] for i in range(0, len(speculative), size)]
+    return [names[i:i + size] for i in range(0, len(names), size)]
 
 
 def balanced_order(names: list[str], index: int) -> list[str]:

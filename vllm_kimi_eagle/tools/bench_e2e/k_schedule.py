@@ -105,29 +105,35 @@ def _median(values: list[float]) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
-def _paired(by_round: dict[int, dict[str, float]], name: str, *over: str) -> list[float]:
-    """Per round: ``name``'s tokens/s over the best of ``over`` (rounds that have all)."""
-    return [r[name] / max(r[o] for o in over) for r in by_round.values()
-            if name in r and all(o in r for o in over)]
+def speedups_by_round(windows: list[dict], name: str) -> dict[int, float]:
+    """Per round, ``name``'s tokens/s over the no-speculation window of its own server
+    group and round (windows of one concurrency)."""
+    by: dict[tuple[int, int], dict[str, float]] = {}
+    for w in windows:
+        by.setdefault((w.get("group", 0), w["round"]), {})[w["name"]] = w["tokens_per_s"]
+    return {r: v[name] / v[NONE] for (_, r), v in by.items() if name in v and NONE in v}
 
 
 def summary(part: dict) -> list[dict]:
     """Per concurrency, from the schedule's own rounds: no speculation, the best fixed k,
-    the schedule and the all-zero schedule (median tokens/s); the schedule over the better
-    of no speculation and the best fixed k, paired per round (the goal's figure); the
-    all-zero schedule over no speculation (the mechanism's cost)."""
+    the schedule and the all-zero schedule (median tokens/s); per round, the schedule over
+    the better of no speculation and the best fixed k (the goal's figure, median), and the
+    all-zero schedule over no speculation (the mechanism's cost). Each configuration is
+    taken over the no-speculation window of its own round and server group, so the
+    ratios hold when --max-servers put them in different groups; in one group they are
+    the plain per-round ratios."""
     rows = []
     windows = part.get("windows", [])
     for c in sorted({w["concurrency"] for w in windows}):
         here = [w for w in windows if w["concurrency"] == c]
         k = part["best_k"].get(c) or None
         fixed = f"fixed-k{k}" if k else None
-        by_round: dict[int, dict[str, float]] = {}
-        for w in here:
-            by_round.setdefault(w["round"], {})[w["name"]] = w["tokens_per_s"]
-        paired = _paired(by_round, SCHEDULE, NONE, *([fixed] if fixed else []))
+        schedule = speedups_by_round(here, SCHEDULE)
+        fixed_k = speedups_by_round(here, fixed) if fixed else {}
+        paired = [s / max(1.0, fixed_k[r]) if fixed else s for r, s in schedule.items()
+                  if not fixed or r in fixed_k]
         ratio, status = verdict(paired)
-        mechanism = _paired(by_round, SCHEDULE_K0, NONE)
+        mechanism = list(speedups_by_round(here, SCHEDULE_K0).values())
 
         def tok_s(name):
             return _median([w["tokens_per_s"] for w in here if w["name"] == name])
@@ -143,8 +149,8 @@ def summary(part: dict) -> list[dict]:
             "schedule_over_best": ratio,
             "paired_min": round(min(paired), 3) if paired else None,
             "paired_max": round(max(paired), 3) if paired else None,
-            "schedule_over_same_fixed_k": _median(_paired(by_round, SCHEDULE, fixed))
-                                          if fixed else None,
+            "schedule_over_same_fixed_k": _median([s / fixed_k[r] for r, s in schedule.items()
+                                                   if r in fixed_k]) if fixed else None,
             "all_zero_schedule_tok_s": tok_s(SCHEDULE_K0),
             "all_zero_schedule_over_none": _median(mechanism),
             "all_zero_paired_min": round(min(mechanism), 3) if mechanism else None,

@@ -38,6 +38,7 @@ from vllm_kimi_eagle.tools.bench_e2e.grid import (
     BenchError,
     balanced_order,
     bench_server_args,
+    groups_of,
     server_config,
     server_groups,
     window_order,
@@ -188,19 +189,22 @@ def run(args, grid: dict, out: str, schedule: bool = False) -> dict:
         result["windows"] = windows
         if schedule:
             aa.close()  # the A/A server has done its job; the schedule's servers take its place
-            result["schedule"] = run_schedule(args, grid, live, whole, result["cells"],
+            result["schedule"] = run_schedule(args, grid, live, result["cells"],
                                               windows, progress)
     progress.close()
     return result
 
 
-def run_schedule(args, grid, live: LiveServers, stack: ExitStack, cells, windows,
-                 progress) -> dict:
+def run_schedule(args, grid, live: LiveServers, cells, windows, progress) -> dict:
     """Derive the schedule from the grid's best k per concurrency and the batch sizes the
     no-speculation server ran, then measure it in interleaved rounds of its own beside no
     speculation, each best fixed k, and the all-zero schedule (the mechanism's own cost).
     A schedule that is 0 at every batch size is served as what it advises: no speculative
-    config (vLLM still runs the draft's forward pass at k=0, see k_schedule)."""
+    config (vLLM still runs the draft's forward pass at k=0, see k_schedule).
+
+    With --max-servers the schedule phase's servers come up in groups beside the
+    no-speculation server, like the grid's; each is compared through its speedups over
+    the no-speculation windows of its own rounds (k_schedule.summary)."""
     rows = speedup_rows(cells)
     best = {c: best_k(rs)[0] for c, rs in rows.items()}
     batch = k_schedule.measured_batch(windows, NONE)
@@ -212,24 +216,32 @@ def run_schedule(args, grid, live: LiveServers, stack: ExitStack, cells, windows
     live.say(f"schedule from best k {best} at batch sizes {batch}: {schedule} ({checked})")
     if spec is None:
         part["skipped"] = k_schedule.NO_DRAFT_ADVICE
-    rounds = {c: [NONE, SCHEDULE, SCHEDULE_K0] + ([f"fixed-k{best[c]}"] if best.get(c) else [])
-              for c in grid["concurrency"]}
+    fixed = {c: f"fixed-k{k}" for c, k in best.items() if k}
+    servers = {SCHEDULE: (SCHEDULE, spec),
+               SCHEDULE_K0: (SCHEDULE_K0, server_config(SCHEDULE_K0, args.draft,
+                                                        min(grid["k"]))),
+               **{name: (PLUGIN, server_config(PLUGIN, args.draft, int(name[len("fixed-k"):])))
+                  for name in sorted(set(fixed.values()))}}
+    groups = groups_of(list(servers), grid["max_servers"], alive=1)
+    rounds = {(g, c): [NONE] + [n for n in group if n in (SCHEDULE, SCHEDULE_K0, fixed.get(c))]
+              for g, group in enumerate(groups) for c in grid["concurrency"]}
+    rounds = {key: names for key, names in rounds.items() if len(names) > 1}
     progress.total += grid["repeats"] * sum(len(names) for names in rounds.values())
-    live.start(stack, SCHEDULE, SCHEDULE, spec)
-    live.start(stack, SCHEDULE_K0, SCHEDULE_K0,
-               server_config(SCHEDULE_K0, args.draft, min(grid["k"])))
-    for k in sorted({k for k in best.values() if k}):
-        live.start(stack, f"fixed-k{k}", PLUGIN, server_config(PLUGIN, args.draft, k))
-    for round_ in range(grid["repeats"]):
-        for i, concurrency in enumerate(grid["concurrency"]):
-            names = rounds[concurrency]
-            for name in balanced_order(names, round_ * len(grid["concurrency"]) + i):
-                progress.set_postfix_str(f"schedule round {round_ + 1} c={concurrency} {name}")
-                config, must_draft = _schedule_check(name, schedule, spec,
-                                                     batch.get(concurrency))
-                w = live.window(name, config, concurrency, must_draft)
-                part["windows"].append({"round": round_, "concurrency": concurrency,
-                                        "name": name, **w})
+    for g, group in enumerate(groups):
+        with ExitStack() as alive:
+            for name in group:
+                live.start(alive, name, *servers[name])
+            for round_ in range(grid["repeats"]):
+                for i, concurrency in enumerate(grid["concurrency"]):
+                    names = rounds.get((g, concurrency), [])
+                    for name in balanced_order(names, round_ * len(grid["concurrency"]) + i):
+                        progress.set_postfix_str(f"schedule round {round_ + 1} c={concurrency} "
+                                                 f"{name}")
+                        config, must_draft = _schedule_check(name, schedule, spec,
+                                                             batch.get(concurrency))
+                        w = live.window(name, config, concurrency, must_draft)
+                        part["windows"].append({"group": g, "round": round_,
+                                                "concurrency": concurrency, "name": name, **w})
     return part
 
 
