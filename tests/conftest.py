@@ -24,10 +24,12 @@ TINY_FOLDER = pytest.StashKey[str]()
 
 
 def pytest_configure(config):
-    """Under pytest-xdist (make test runs two workers), each worker's engines compute on a
-    core of their own: vLLM's CPU build binds an engine's threads to one core, the same
-    core for every engine unless told otherwise, and two engines on one core would take
-    turns while the other core idles. A binding set by the caller or a test wins."""
+    """Under pytest-xdist (make test runs two workers), each worker's engines ask vLLM for
+    a core of their own; left to itself vLLM would give every engine core 0. (On the
+    machines of this project the request does not pin the engine's thread either: both
+    busy engines get both cores' mask, and the kernel spreads them over the two cores,
+    which is what the suite's time needs; see bench-e2e's vllm_server.pin for a real
+    pin.) A binding set by the caller or a test wins."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if worker.startswith("gw") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
         cores = sorted(os.sched_getaffinity(0))
