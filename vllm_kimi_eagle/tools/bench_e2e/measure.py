@@ -220,8 +220,8 @@ def run_schedule(args, grid, live: LiveServers, cells, windows, progress) -> dic
     servers = {SCHEDULE: (SCHEDULE, spec),
                SCHEDULE_K0: (SCHEDULE_K0, server_config(SCHEDULE_K0, args.draft,
                                                         min(grid["k"]))),
-               **{name: (PLUGIN, server_config(PLUGIN, args.draft, int(name[len("fixed-k"):])))
-                  for name in sorted(set(fixed.values()))}}
+               **{f"fixed-k{k}": (PLUGIN, server_config(PLUGIN, args.draft, k))
+                  for k in sorted({k for k in best.values() if k})}}
     groups = groups_of(list(servers), grid["max_servers"], alive=1)
     rounds = {(g, c): [NONE] + [n for n in group if n in (SCHEDULE, SCHEDULE_K0, fixed.get(c))]
               for g, group in enumerate(groups) for c in grid["concurrency"]}
