@@ -4,6 +4,12 @@
                                  "max_tokens": 64, "num_speculative_tokens": 3,
                                  "capture_draft_io": false, "tensor_parallel_size": 1}'
 
+"mixed": [SamplingParams kwargs, ...] runs a second batch after the greedy one: the same
+greedy chats with these sampled requests beside them (prompts taken in turn), the greedy
+rows reported under "mixed"; "mixed_vllm_stand_in": [SamplingParams kwargs, ...] runs such
+a batch once more with vLLM's own CPU expand stand-in put back (the bug the plugin mends,
+vllm_kimi_eagle/cpu_expand.py), reported under "mixed_vllm_stand_in".
+
 A multimodal target (Kimi-K2.5 shape) also takes "trust_remote_code", "language_model_only"
 and "image_prompts": [{"text": ..., "image": {"width": W, "height": H, "seed": S}}], chat
 messages with the image as a data: URL, run as a second batch whose results are under
@@ -152,6 +158,52 @@ def _chat(llm, messages, params) -> dict:
     )
 
 
+def _mixed(llm, messages, greedy, sampled_kwargs: list[dict]) -> dict:
+    """The greedy chats again, with these sampled requests in the same batch: the greedy
+    rows, their finish reasons, the sampled ones' and the counters."""
+    from vllm import SamplingParams
+
+    from vllm_kimi_eagle.tools import spec_metrics
+
+    sampled = [SamplingParams(**kwargs) for kwargs in sampled_kwargs]
+    extra = [messages[i % len(messages)] for i in range(len(sampled))]
+    before = spec_metrics.from_llm_metrics(llm.get_metrics())
+    outputs = llm.chat(messages + extra, [greedy] * len(messages) + sampled, use_tqdm=False)
+    counters = spec_metrics.from_llm_metrics(llm.get_metrics()) - before
+    rows, others = outputs[:len(messages)], outputs[len(messages):]
+    return dict(
+        token_ids=[list(o.outputs[0].token_ids) for o in rows],
+        finish_reasons=[o.outputs[0].finish_reason for o in rows],
+        sampled=[[(len(c.token_ids), c.finish_reason) for c in o.outputs] for o in others],
+        **counters.summary(),
+    )
+
+
+def _vllm_stand_in():
+    """vLLM's own CPU expand stand-in, from a fresh copy of its module (the plugin replaced
+    the function in the loaded one), and the kernel override that runs the plugin's."""
+    import importlib.util
+
+    from vllm_kimi_eagle import vllm_compat
+
+    module_name, function, _ = vllm_compat.CPU_EXPAND
+    found = importlib.util.find_spec(module_name)
+    fresh = importlib.util.module_from_spec(found)
+    found.loader.exec_module(fresh)
+    sampler_module, kernel_name = vllm_compat.CPU_EXPAND_KERNEL
+    return getattr(fresh, function), getattr(sys.modules[sampler_module], kernel_name)
+
+
+def _mixed_with_vllm_stand_in(llm, messages, greedy, sampled_kwargs: list[dict]) -> dict:
+    original, kernel = _vllm_stand_in()
+    ours = kernel._impl
+    kernel._impl = kernel.func = original
+    try:
+        return _mixed(llm, messages, greedy, sampled_kwargs)
+    finally:
+        kernel._impl = kernel.func = ours
+
+
 def main(spec: dict) -> dict:
     from vllm import LLM
 
@@ -210,6 +262,11 @@ def _serve(llm, spec: dict, engine_seconds: float) -> dict:
     params = SamplingParams(temperature=0.0, max_tokens=spec.get("max_tokens", 64), ignore_eos=True)
     messages = [[{"role": "user", "content": p}] for p in spec["prompts"]]
     result.update(_chat(llm, messages, params) if messages else {}, dtype=str(model_config.dtype))
+    if spec.get("mixed"):
+        result["mixed"] = _mixed(llm, messages, params, spec["mixed"])
+    if spec.get("mixed_vllm_stand_in"):
+        result["mixed_vllm_stand_in"] = _mixed_with_vllm_stand_in(
+            llm, messages, params, spec["mixed_vllm_stand_in"])
     if spec.get("image_prompts"):
         image_messages = [[{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": _image_url(p["image"])}},

@@ -10,7 +10,9 @@ vLLM has read and wrapped the draft's config, before an engine starts or a weigh
    metadata: headers only) is checked against its config and every problem is listed
    (the class checks again while loading), and vLLM's proposer is told to use the
    class's greedy shortcut (``get_top_tokens``) unless the user set the switch or vLLM
-   rejects it (``shortcut_policy.py``).
+   rejects it (``shortcut_policy.py``);
+3. one line says that vLLM's CPU expand stand-in, which would corrupt batches mixing
+   sampled and greedy requests, is replaced (``cpu_expand.py``; register() replaced it).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import functools
 import logging
 import os
 
-from vllm_kimi_eagle import checkpoint, shortcut_policy, vllm_compat
+from vllm_kimi_eagle import checkpoint, cpu_expand, shortcut_policy, vllm_compat
 from vllm_kimi_eagle.architectures import PLUGIN_DRAFT_ARCHITECTURES
 from vllm_kimi_eagle.draft_source import DraftHeaders, draft_headers
 from vllm_kimi_eagle.draft_spec import spec_from_config
@@ -140,6 +142,9 @@ def on_speculative_config(spec_config, ours: bool) -> None:
     if spec_config.draft_model_config is None or spec_config.target_model_config is None:
         return
     apply_layer_ids(spec_config)
+    line = cpu_expand.log_line(cpu_expand.install_cpu_expand())
+    if line:
+        logger.info("vllm-kimi-eagle: %s", line)
     if ours:
         check_checkpoint(spec_config)
         apply_greedy_shortcut(spec_config)

@@ -231,3 +231,31 @@ def dynamic_schedule_validator():
         return getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError):
         return None
+
+
+# ---- the CPU build's stand-in for the rejection sampler's expand kernel --------------------
+# Without Triton, vLLM runs (module, function) in place of rejection_sampler.expand_kernel. In
+# every release read it hands int64 copies of its output and input to a C++ kernel and drops
+# the filled copy, so the float32 temperature / top-p and int32 top-k the sampler expands per
+# draft token stay uninitialised (vLLM issue #55005, fix proposed in PR #55006; cpu_expand.py).
+# Where vLLM installs it, read in each release:
+# - 0.28-0.30: the CPU model runner (_postprocess_triton) sets rejection_sampler.expand_kernel
+#   to the launcher made at import, cpu_triton_utils.expand_kernel = _FuncWrapper(function);
+# - 0.31-0.33: CpuPlatform.register_triton_kernel_overrides registers the function with
+#   vllm/triton_utils/dispatcher.py when a worker starts, right after the plugins load.
+# Both look the function up after the plugins load; the plugin replaces it (and the launcher's
+# .func, and a dispatcher override made already) in every process.
+TRITON_FLAG = ("vllm.triton_utils", "HAS_TRITON")  # False on the CPU build: the stand-ins run
+CPU_EXPAND = ("vllm.utils.cpu_triton_utils", "_expand_kernel_impl", "expand_kernel")
+CPU_EXPAND_KERNEL = ("vllm.v1.sample.rejection_sampler", "expand_kernel")
+CPU_EXPAND_PARAMETERS = ("output", "input_val", "cu_num_tokens", "replace_from", "replace_to",
+                         "MAX_NUM_TOKENS")
+CPU_EXPAND_READ = "0.28.0-0.33.0"
+
+
+def has_triton() -> bool:
+    """Whether this vLLM runs its Triton kernels (GPU builds), not the CPU stand-ins."""
+    import importlib
+
+    module_name, name = TRITON_FLAG
+    return bool(getattr(importlib.import_module(module_name), name, False))
