@@ -8,7 +8,7 @@
 greedy chats with these sampled requests beside them (prompts taken in turn), the greedy
 rows reported under "mixed"; "mixed_vllm_stand_in": [SamplingParams kwargs, ...] runs such
 a batch once more with vLLM's own CPU expand stand-in put back (the bug the plugin mends,
-vllm_kimi_eagle/cpu_expand.py), reported under "mixed_vllm_stand_in".
+vllm_kimi_eagle/cpu_sampler.py), reported under "mixed_vllm_stand_in".
 
 A multimodal target (Kimi-K2.5 shape) also takes "trust_remote_code", "language_model_only"
 and "image_prompts": [{"text": ..., "image": {"width": W, "height": H, "seed": S}}], chat

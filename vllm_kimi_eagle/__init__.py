@@ -54,13 +54,13 @@ def register() -> None:
         draft_choice,
     )
     from vllm_kimi_eagle.config_alias import register_config_alias
-    from vllm_kimi_eagle.cpu_expand import install_cpu_expand
+    from vllm_kimi_eagle.cpu_sampler import install_cpu_sampler
     from vllm_kimi_eagle.mla_detection import install_mla_detection
     from vllm_kimi_eagle.speculative_hook import install_speculative_hook
 
     ours = draft_choice() == "plugin"
     # Whichever draft class serves: the sampler it mends is vLLM's, for every draft.
-    install_cpu_expand()
+    install_cpu_sampler()
     register_config_alias()
     install_mla_detection()
     install_speculative_hook(ours=ours)

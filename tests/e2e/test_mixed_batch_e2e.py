@@ -1,10 +1,10 @@
 """Greedy and sampled requests in one batch with a draft: the greedy answers stay those of
-the engine without a draft (vLLM's CPU expand stand-in, mended by the plugin, broke them;
-vllm_kimi_eagle/cpu_expand.py).
+the engine without a draft, and the engine lives (vLLM's CPU rejection sampler broke both;
+the plugin mends it, vllm_kimi_eagle/cpu_sampler.py).
 
 One engine with the base draft runs the 8 greedy chats of the shared engines, then the same
-chats with sampled requests beside them (temperature, top-k, top-p, n=2, logprobs, seeds),
-then that mixed batch once more with vLLM's own stand-in put back: the reproduction of the
+chats with sampled requests beside them (temperature, top-k, n=2, logprobs, seeds), then a
+mixed batch once more with vLLM's own expand stand-in put back: the reproduction of the
 bug, in the same engine, so the stand-in is the only difference.
 """
 
@@ -16,10 +16,12 @@ from tests.helpers import engine, served
 
 pytestmark = pytest.mark.engine
 
+# top_k in one request and top_p in none: the batch's first step (every request
+# prefilling, no draft token) takes the CPU top-k path on an empty batch, which killed the
+# engine before the plugin's mend (cpu_sampler.py, defect 2).
 SAMPLED = [
     {"temperature": 0.8, "max_tokens": 64, "seed": 1},
-    {"temperature": 0.8, "top_p": 0.9, "top_k": 20, "max_tokens": 64, "n": 2, "logprobs": 2,
-     "seed": 2},
+    {"temperature": 0.8, "top_k": 20, "max_tokens": 64, "n": 2, "logprobs": 2, "seed": 2},
     {"temperature": 1.0, "max_tokens": 64},
     {"temperature": 0.5, "max_tokens": 64, "seed": 3},
 ]
