@@ -47,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         from vllm_kimi_eagle.tools.gpu_check import cli
 
         return cli.main(argv[1:])
+    if argv[:1] == ["soak"]:  # its own options; see tools/soak/
+        from vllm_kimi_eagle.tools.soak import cli
+
+        return cli.main(argv[1:])
     if argv[:1] == ["eval"]:  # its own options; see tools/evaluation/
         from vllm_kimi_eagle.tools.evaluation import cli
 
@@ -84,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
         "gpu-check",
         help="serve the tiny models on this GPU through a matrix of real vLLM engines and "
              "check the plugin against vLLM's in-tree class (--help for options)",
+    )
+    commands.add_parser(
+        "soak",
+        help="serve with and without the draft side by side under mixed, preempting, "
+             "cancelling traffic and check greedy answers, errors and memory (--help for "
+             "options)",
     )
     commands.add_parser(
         "bench-sampler",
