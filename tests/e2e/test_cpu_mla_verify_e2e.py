@@ -1,0 +1,29 @@
+"""Draft tokens verified in the CPU MLA decode kernel (the plugin's default on the CPU build,
+vllm_kimi_eagle/cpu_mla_verify.py) against vLLM's own prefill path: one variable, the
+switch; the same greedy tokens and the same acceptance. The speed it buys is measured by
+bench-e2e (docs/measurements.md), not asserted here."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import engine, served
+from vllm_kimi_eagle.cpu_mla_verify import SWITCH
+
+pytestmark = pytest.mark.engine
+
+
+def test_decode_kernel_verification_changes_no_token_and_no_acceptance(tiny):
+    ours = served(engine(tiny, "draft"))
+    vllms = served(engine(tiny, "draft", env={SWITCH: "0"}))
+    no_draft = served(engine(tiny, None))
+    for run in (ours, vllms):
+        assert run["drafts"] > 0, "no draft proposed"
+    assert "verifies draft tokens in its decode kernel" in ours["_log"]
+    assert "verifies draft tokens through its prefill path" in vllms["_log"]
+    assert ours["token_ids"] == vllms["token_ids"] == no_draft["token_ids"]
+    print(f"acceptance: decode kernel {ours['acceptance_length']} "
+          f"{ours['acceptance_by_position']}, vLLM's prefill path "
+          f"{vllms['acceptance_length']} {vllms['acceptance_by_position']}")
+    assert ours["acceptance_length"] == vllms["acceptance_length"]
+    assert ours["acceptance_by_position"] == vllms["acceptance_by_position"]

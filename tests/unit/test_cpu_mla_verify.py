@@ -1,0 +1,54 @@
+"""The CPU MLA backend's multi-token decode rows (vllm_kimi_eagle/cpu_mla_verify.py), and the
+builder installed on this vLLM (real vLLM classes, no engine; served: tests/e2e/
+test_cpu_mla_verify_e2e.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vllm_kimi_eagle import cpu_mla_verify, vllm_compat
+
+
+def test_each_query_token_sees_the_sequence_up_to_itself():
+    # Three requests: 4 tokens ending at 10 (verifying 3 drafts), 1 ending at 7, 2 ending at 5.
+    rows, seq_lens = cpu_mla_verify.decode_rows(torch.tensor([0, 4, 5, 7]),
+                                                torch.tensor([10, 7, 5]))
+    assert rows.tolist() == [0, 0, 0, 0, 1, 2, 2]
+    assert seq_lens.tolist() == [7, 8, 9, 10, 7, 4, 5]
+
+
+def test_single_token_queries_are_unchanged():
+    rows, seq_lens = cpu_mla_verify.decode_rows(torch.tensor([0, 1, 2, 3]),
+                                                torch.tensor([9, 4, 6]))
+    assert rows.tolist() == [0, 1, 2] and seq_lens.tolist() == [9, 4, 6]
+
+
+def test_switch(monkeypatch):
+    assert cpu_mla_verify.switched_on({}) and cpu_mla_verify.switched_on({cpu_mla_verify.SWITCH: "1"})
+    assert not cpu_mla_verify.switched_on({cpu_mla_verify.SWITCH: "0"})
+    with pytest.raises(ValueError, match="VLLM_KIMI_EAGLE_CPU_MLA_VERIFY='yes' is not 0 or 1"):
+        cpu_mla_verify.switched_on({cpu_mla_verify.SWITCH: "yes"})
+    assert cpu_mla_verify.install_cpu_mla_verify({cpu_mla_verify.SWITCH: "0"}) in ("off", "triton")
+
+
+def test_install_gives_the_cpu_backend_a_multi_token_decode_builder():
+    status = cpu_mla_verify.install_cpu_mla_verify({})
+    if vllm_compat.has_triton():
+        assert status == "triton"
+        return
+    import importlib
+
+    module, name = vllm_compat.CPU_MLA_BACKEND
+    try:
+        backend = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        assert status == "absent"
+        return
+    assert status in cpu_mla_verify.MENDED
+    assert cpu_mla_verify.install_cpu_mla_verify({}) == "already"
+    builder = backend.get_builder_cls()
+    common = importlib.import_module(vllm_compat.MLA_COMMON[0])
+    assert issubclass(builder, getattr(common, vllm_compat.MLA_COMMON[1]))
+    assert builder.query_len_support == getattr(common, vllm_compat.MLA_COMMON[2]).VARLEN
+    assert "decode kernel" in cpu_mla_verify.log_line(status)
