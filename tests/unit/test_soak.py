@@ -135,6 +135,9 @@ def test_rss_growth_compares_the_first_and_last_thirds():
     growing = [(t, 1000 + 100 * t) for t in range(9)]
     assert checks.rss_growth(growing) == pytest.approx(1700 / 1100 - 1)
     assert checks.rss_growth([(0, 1)]) is None
+    # Judged from the end of the warm-up: a server that grew while warming up, then flat.
+    warming = [(t, 1000 + 500 * min(t, 3)) for t in range(12)]
+    assert checks.rss_growth(warming) > 0.05 and checks.rss_growth(warming, since=3) == 0
     verdict = checks.memory_flat({"draft": growing, "none": flat}, 0.05)
     assert not verdict["passed"] and "draft grew" in verdict["detail"]
 

@@ -153,8 +153,10 @@ def drained(windows: list) -> dict:
                  "every cancelled stream aborted, every queue empty")
 
 
-def rss_growth(samples: list[tuple[float, int]]) -> float | None:
-    """Mean RSS of the last third of the samples over that of the first third, minus 1."""
+def rss_growth(samples: list[tuple[float, int]], since: float = 0.0) -> float | None:
+    """Mean RSS of the last third of the samples taken from ``since`` on, over that of
+    their first third, minus 1."""
+    samples = [s for s in samples if s[0] >= since]
     third = len(samples) // 3
     if third == 0:
         return None
@@ -163,18 +165,22 @@ def rss_growth(samples: list[tuple[float, int]]) -> float | None:
     return last / first - 1 if first else None
 
 
-def memory_flat(memory: dict[str, list[tuple[float, int]]], limit: float) -> dict:
+def memory_flat(memory: dict[str, list[tuple[float, int]]], limit: float,
+                since: float = 0.0) -> dict:
     problems, parts = [], []
     for server, samples in memory.items():
-        growth = rss_growth(samples)
+        growth = rss_growth(samples, since)
         if growth is None:
             problems.append(f"{server}: too few samples")
             continue
         mib = samples[-1][1] / 2**20
-        parts.append(f"{server} {growth:+.1%} ({mib:.0f} MiB at the end)")
+        whole = rss_growth(samples)
+        parts.append(f"{server} {growth:+.1%} ({mib:.0f} MiB at the end; {whole:+.1%} with "
+                     "the warm-up)")
         if growth > limit:
             problems.append(f"{server} grew {growth:.1%} > {limit:.0%}")
-    return check("RSS flat (last third vs first third)", problems, ", ".join(parts))
+    return check("RSS flat (last third vs first third)", problems,
+                 f"from the end of the warm-up at {since:.0f}s: " + ", ".join(parts))
 
 
 def servers_up(alive: dict[str, bool]) -> dict:

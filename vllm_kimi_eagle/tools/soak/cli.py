@@ -109,7 +109,7 @@ def token_counter(server: vllm_server.Server, model: str):
     return count
 
 
-def run_windows(servers, model: str, plan: list, args) -> tuple[dict, list]:
+def run_windows(servers, model: str, plan: list, args, memory) -> tuple[dict, list]:
     outcomes: dict[str, dict] = {name: {} for name in servers}
     windows = []
     count = max(r.window for r in plan) + 1
@@ -119,6 +119,8 @@ def run_windows(servers, model: str, plan: list, args) -> tuple[dict, list]:
         for name, results in got.items():
             outcomes[name].update({o.id: o for o in results})
         windows += seen
+        if index + 1 == args.greedy_windows:
+            memory.mark()  # warm-up over: memory is judged from here
         draft = next(w for w in seen if w.server == DRAFT)
         mismatches = sum(1 for r in requests if checks.comparable(
             r, outcomes[DRAFT][r.id], outcomes[NONE][r.id]) and checks.greedy_difference(
@@ -176,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             planned = traffic.fit(planned, token_counter(servers[NONE], model))
             pids = {name: s.process.pid for name, s in servers.items()}
             with runner.MemorySampler(pids) as memory:
-                outcomes, windows = run_windows(servers, model, planned, args)
+                outcomes, windows = run_windows(servers, model, planned, args, memory)
             up = {name: alive(server) for name, server in servers.items()}
             bench = run_bench(servers, model, args.target, args, out)
     except vllm_server.ServerError as err:
@@ -190,12 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         checks.acceptance_mixed_vs_greedy(planned, windows, args.acceptance_tolerance),
         checks.counts(planned, outcomes, windows, args.min_preemptions, args.min_cancellations),
         checks.drained(windows),
-        checks.memory_flat(memory.samples, args.rss_limit),
+        checks.memory_flat(memory.samples, args.rss_limit, memory.warm_from),
     ]
     elapsed = time.perf_counter() - started
     summary = {"settings": {k: v for k, v in vars(args).items() if k != "server_args"},
                "server_args": server_args(args), "checks": results, "bench_serve": bench,
                "elapsed_s": round(elapsed), "memory": memory.samples,
+               "memory_judged_from_s": memory.warm_from,
                "passed": all(c["passed"] for c in results)}
     written = report.write(out, summary, windows, outcomes, planned)
     print(report.format_windows(windows))

@@ -6,7 +6,9 @@ per server, so a window larger than the KV cache makes vLLM preempt. Both server
 same window at the same time. After it, each server must drain (no request left running
 or waiting: a cancelled stream must have been aborted) before its counters are read.
 Memory is the resident set of the server's whole process group (API server, engine core),
-sampled once a second by a thread while the soak runs.
+sampled once a second by a thread while the soak runs; it is judged from the end of the
+greedy-only windows, which warm the servers up (allocator pools and caches grow in the
+first minutes of any vLLM server, with a draft or without).
 """
 
 from __future__ import annotations
@@ -40,20 +42,27 @@ def rss_bytes(pid: int) -> int:
 
 
 class MemorySampler:
-    """RSS of each server's process group, once a second, in a thread of its own."""
+    """RSS of each server's process group, once a second, in a thread of its own, with the
+    moment warm-up ended (``mark``): samples are (seconds since the start, bytes)."""
 
     def __init__(self, pids: dict[str, int], every: float = 1.0):
         self.pids, self.every = pids, every
         self.samples: dict[str, list[tuple[float, int]]] = {name: [] for name in pids}
+        self.warm_from = 0.0
+        self._started = time.perf_counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def elapsed(self) -> float:
+        return round(time.perf_counter() - self._started, 1)
+
+    def mark(self) -> None:
+        self.warm_from = self.elapsed()
+
     def _run(self) -> None:
-        started = time.perf_counter()
         while not self._stop.is_set():
             for name, pid in self.pids.items():
-                self.samples[name].append((round(time.perf_counter() - started, 1),
-                                           rss_bytes(pid)))
+                self.samples[name].append((self.elapsed(), rss_bytes(pid)))
             self._stop.wait(self.every)
 
     def __enter__(self) -> "MemorySampler":
