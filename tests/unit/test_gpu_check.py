@@ -118,3 +118,14 @@ def test_without_a_gpu_it_says_what_it_needs_and_exits_2(tmp_path):
     lines = [line for line in proc.stderr.splitlines() if "gpu-check needs" in line]
     assert len(lines) == 1 and "CUDA GPU" in lines[0] and "CUDA build of vLLM" in lines[0]
     assert not (tmp_path / "gpu-check.json").exists()
+
+
+def test_gpu_check_says_which_runner_serves_a_k_schedule():
+    from packaging.version import Version
+
+    from vllm_kimi_eagle.tools.gpu_check.cli import schedule_support
+
+    assert schedule_support(Version("0.32.0")) == {"v1": "served as written",
+                                                   "v2": "served as written"}
+    older = schedule_support(Version("0.30.0"))
+    assert older["v1"] == "served as written" and "#51510" in older["v2"]

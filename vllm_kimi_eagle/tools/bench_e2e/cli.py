@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         args.target, args.draft = os.path.join(folder, "target"), os.path.join(folder, "draft")
     grid = settings(args)
     problem = plugin_problem(grid["configs"], os.environ) or (
-        schedule_problem(grid["configs"], os.environ) if args.schedule else None)
+        schedule_problem(grid["configs"], os.environ, args.server_args,
+                         vllm_server.cpu_platform()) if args.schedule else None)
     if problem:
         print(f"vllm-kimi-eagle bench-e2e: {problem}", file=sys.stderr)
         return 2
@@ -153,9 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def schedule_problem(configs: list[str], environ) -> str | None:
-    """Why --schedule cannot run with these configurations on this vLLM, before any server
-    starts."""
+def schedule_problem(configs: list[str], environ, server_args: list[str] = (),
+                     on_cpu: bool = True) -> str | None:
+    """Why --schedule cannot run with these configurations, or why this vLLM would not
+    serve the schedule it derives as written, before any server starts."""
     missing = [c for c in (NONE, PLUGIN) if c not in configs]
     if missing:
         return (f"--schedule derives the schedule from the configs none and plugin; add "
@@ -164,12 +166,22 @@ def schedule_problem(configs: list[str], environ) -> str | None:
         return (f"vLLM {vllm_compat.installed_vllm_version()} has no "
                 "num_speculative_tokens_per_batch_size (dynamic speculation): --schedule needs "
                 "a release that has it")
-    if (environ.get(vllm_compat.RUNNER_SWITCH) == vllm_compat.RUNNER_VALUES["v2"]
-            and vllm_compat.installed_vllm_version() in vllm_compat.V2_DYNAMIC_SPECULATION_BROKEN):
-        return (f"{vllm_compat.RUNNER_SWITCH}=1: Model Runner V2 of vLLM "
-                f"{vllm_compat.installed_vllm_version()} cannot start with a k schedule; "
-                f"unset {vllm_compat.RUNNER_SWITCH} (the V1 runner serves it)")
-    return None
+    problem = vllm_compat.schedule_problem(vllm_compat.serving_runner(environ, on_cpu),
+                                           data_parallel_size(server_args))
+    return f"a k schedule would not be served as written: {problem}" if problem else None
+
+
+def data_parallel_size(server_args: list[str]) -> int:
+    """--data-parallel-size / -dp among vLLM server arguments (1 when absent)."""
+    for i, arg in enumerate(server_args):
+        name, _, value = arg.partition("=")
+        if name in ("--data-parallel-size", "-dp"):
+            value = value or (server_args[i + 1] if i + 1 < len(server_args) else "")
+            try:
+                return int(value)
+            except ValueError:
+                return 1  # vLLM's own parser will say what is wrong
+    return 1
 
 
 def write_schedule(out: str, part: dict, rows: list[dict]) -> list[str]:

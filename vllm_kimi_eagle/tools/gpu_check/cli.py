@@ -12,6 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
+from vllm_kimi_eagle import vllm_compat
 from vllm_kimi_eagle.tools import vllm_server
 from vllm_kimi_eagle.tools.bench_e2e.grid import BenchError
 from vllm_kimi_eagle.tools.gpu_check import __doc__ as DESCRIPTION
@@ -148,6 +149,12 @@ def timing(args, models: str, out: str) -> dict:
             "report": format_report(result["cells"], result["windows"])}
 
 
+def schedule_support(version) -> dict[str, str]:
+    """Per runner, whether this vLLM serves a k schedule as written (data: vllm_compat)."""
+    return {runner: vllm_compat.schedule_problem(runner, 1, version) or "served as written"
+            for runner in ("v1", "v2")}
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="vllm-kimi-eagle gpu-check", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -182,7 +189,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
-    from vllm_kimi_eagle import vllm_compat
     from vllm_kimi_eagle.fixtures.cache import build_summary, ensure_tiny_models
 
     models = ensure_tiny_models(args.models)
@@ -204,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     say(f"gpu-check: vLLM {version}, torch {torch.__version__}, {gpus} x {device}; models "
         f"{models} (content hash {build_summary(models).get('content_hash', '?')[:16]}); "
         f"{len(cases)} engines, {args.parallel} at a time; logs in {out}/logs")
+    schedules = schedule_support(version)
+    for runner, line in schedules.items():
+        say(f"k schedules (num_speculative_tokens_per_batch_size), {runner}: {line}")
     started = time.perf_counter()
     results, facts = run_matrix(cases, args, models, out)
     default_runner = vllm_compat.default_gpu_runner(version)
@@ -214,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"date": datetime.date.today().isoformat(), "vllm": str(version),
               "torch": torch.__version__, "gpu": device, "gpus": gpus, "models": models,
               "content_hash": build_summary(models).get("content_hash"),
-              "default_runner_expected": default_runner,
+              "default_runner_expected": default_runner, "k_schedules": schedules,
               "matrix_seconds": round(time.perf_counter() - started, 1), "rows": rows,
               "checks": [c.__dict__ for c in checks]}
     print(format_table(rows))
