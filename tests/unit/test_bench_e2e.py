@@ -241,12 +241,14 @@ def test_schedule_from_best_k_and_measured_batch_sizes():
 
 def test_schedule_verdict_is_paired_per_round_against_the_better_of_none_and_fixed_k():
     part = {"best_k": {1: 3, 16: None}, "batch": {1: 1.0, 16: 14.0},
-            "schedule": [[1, 7, 3], [8, 1024, 0]], "windows": []}
+            "schedule": [[1, 7, 3], [8, 1024, 0]], "windows": [],
+            "speculative_config": {"num_speculative_tokens_per_batch_size": [[1, 7, 3]]}}
+    drafted = {1: 2.97, 16: 0.12}  # draft tokens per request and step, from the counters
     for r in range(3):
         for c, none, fixed, sched in ((1, 100.0, 130.0, 128.0), (16, 900.0, None, 860.0)):
             part["windows"] += [{"round": r, "concurrency": c, "name": "none", "tokens_per_s": none},
                                 {"round": r, "concurrency": c, "name": "schedule",
-                                 "tokens_per_s": sched},
+                                 "tokens_per_s": sched, "k_per_step": drafted[c]},
                                 {"round": r, "concurrency": c, "name": SCHEDULE_K0,
                                  "tokens_per_s": none * (0.8 + 0.05 * r)}]
             if fixed:
@@ -261,12 +263,20 @@ def test_schedule_verdict_is_paired_per_round_against_the_better_of_none_and_fix
             high["all_zero_paired_max"]) == (0.85, 0.8, 0.9)
     assert set(low) >= {"concurrency", "none_tok_s", "best_fixed_k", "best_fixed_tok_s",
                         "schedule_tok_s"}
+    assert (low["drafted_k_per_step"], low["as_written"]) == (2.97, "PASS")
+    assert (high["drafted_k_per_step"], high["as_written"]) == (0.12, "PASS")
+    # A release that drafts the static k at every batch size (Model Runner V2 up to 0.31).
+    for w in part["windows"]:
+        if w["name"] == "schedule":
+            w["k_per_step"] = 3.0
+    assert [r["as_written"] for r in k_schedule.summary(part)] == ["PASS", "FAIL"]
 
 
 def test_schedule_ratios_hold_across_server_groups():
     # --max-servers 2: the schedule beside none in group 0, the fixed k beside none in
     # group 1, the machine 10% slower during group 1. Each is taken over its own none.
-    part = {"best_k": {1: 3}, "batch": {1: 1.0}, "schedule": [[1, 1024, 3]], "windows": []}
+    part = {"best_k": {1: 3}, "batch": {1: 1.0}, "schedule": [[1, 1024, 3]], "windows": [],
+            "speculative_config": {"num_speculative_tokens_per_batch_size": [[1, 1024, 3]]}}
     for r in range(3):
         part["windows"] += [
             {"group": 0, "round": r, "concurrency": 1, "name": "none", "tokens_per_s": 100.0},

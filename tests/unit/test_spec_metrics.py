@@ -45,3 +45,16 @@ def test_batch_size_from_polled_running_requests():
     # Polls between requests (nothing running) do not count: the batch while busy.
     assert spec_metrics.mean_batch([0.0, 1.0, 1.0, None, 0.0, 2.0]) == 1.333
     assert spec_metrics.mean_batch([0.0, None]) is None
+
+
+def test_draft_tokens_per_step_from_the_counters():
+    from vllm_kimi_eagle.tools.spec_metrics import GENERATION_TOKENS, Scrape, draft_tokens_per_step
+
+    # 2 requests x 10 tokens: 1 from each prefill, then 6 decode steps drafting 3 tokens
+    # each and accepting 2 of them on average (6 x 3 = 18 drafted, 12 accepted, 2 + 6 + 12 = 20).
+    window = Scrape({GENERATION_TOKENS: {(): 20.0},
+                     "vllm:spec_decode_num_draft_tokens_total": {(): 18.0},
+                     "vllm:spec_decode_num_accepted_tokens_total": {(): 12.0},
+                     "vllm:spec_decode_num_drafts_total": {(): 6.0}})
+    assert draft_tokens_per_step(window, requests=2) == 3.0
+    assert draft_tokens_per_step(Scrape({GENERATION_TOKENS: {(): 2.0}}), requests=2) is None

@@ -141,6 +141,16 @@ def time_per_output_token_ms(window: Scrape) -> float | None:
     return round(1000 * decode_seconds / decoded, 3) if decoded > 0 else None
 
 
+def draft_tokens_per_step(window: Scrape, requests: int) -> float | None:
+    """Draft tokens verified per request and decode step in ``window`` (a difference of two
+    scrapes in which ``requests`` requests ran from start to finish): each decode step of a
+    request emits 1 + its accepted tokens, its prefill step 1 token, so the decode steps are
+    generated - accepted - requests. What k a schedule served, from vLLM's own counters."""
+    counters = spec_counters(window)
+    steps = window.total(GENERATION_TOKENS) - counters.accepted - requests
+    return round(counters.draft_tokens / steps, 3) if steps > 0 else None
+
+
 def running_requests(metrics_text: str) -> float | None:
     """The server's running requests (``RUNNING`` gauge, summed over engines) in one
     ``/metrics`` text; None when the gauge is absent. A line scan, cheap enough to poll."""

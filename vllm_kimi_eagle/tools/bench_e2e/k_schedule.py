@@ -20,6 +20,17 @@ MAX_BATCH = 1024
 # The goal: the schedule serves at this share or more of the better of no speculation and
 # the best fixed k, at every concurrency (median over paired rounds).
 GOAL = 0.97
+# Served as written: the draft tokens per request and step that vLLM's counters show in a
+# schedule window are within this of the k the schedule gives the window's batch (batches
+# ramp up and drain through neighbouring ranges at a window's ends).
+WRITTEN_TOLERANCE = 0.5
+
+
+def served_as_written(drafted: float | None, expected: int) -> str:
+    """PASS where a window drafted about the k its batch size is given, else FAIL."""
+    if drafted is None:
+        return "SKIP"
+    return "PASS" if abs(drafted - expected) <= WRITTEN_TOLERANCE else "FAIL"
 
 
 def measured_batch(windows: list[dict], config: str) -> dict[int, float]:
@@ -138,6 +149,12 @@ def summary(part: dict) -> list[dict]:
         def tok_s(name):
             return _median([w["tokens_per_s"] for w in here if w["name"] == name])
 
+        expected_k = k_for_batch(part["schedule"], part["batch"].get(c, 1))
+        drafted = _median([w["k_per_step"] for w in here
+                           if w["name"] == SCHEDULE and w.get("k_per_step") is not None])
+        if part["speculative_config"] is None:
+            drafted = None  # served without a draft: nothing to count
+
         rows.append({
             "concurrency": c,
             "none_tok_s": tok_s(NONE),
@@ -145,7 +162,9 @@ def summary(part: dict) -> list[dict]:
             "best_fixed_tok_s": tok_s(fixed),
             "schedule_tok_s": tok_s(SCHEDULE),
             "batch": part["batch"].get(c),
-            "schedule_k": k_for_batch(part["schedule"], part["batch"].get(c, 1)),
+            "schedule_k": expected_k,
+            "drafted_k_per_step": drafted,
+            "as_written": served_as_written(drafted, expected_k),
             "schedule_over_best": ratio,
             "paired_min": round(min(paired), 3) if paired else None,
             "paired_max": round(max(paired), 3) if paired else None,

@@ -87,6 +87,7 @@ def measure_window(server: vllm_server.Server, model: str, prompts: list[str],
         "tpot_ms": spec_metrics.time_per_output_token_ms(window),
         "batch": spec_metrics.mean_batch(polled.result()),
         "counters": spec_metrics.spec_counters(window),
+        "k_per_step": spec_metrics.draft_tokens_per_step(window, len(requests)),
     }
 
 

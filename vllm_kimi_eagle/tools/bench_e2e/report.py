@@ -100,11 +100,13 @@ def format_schedule(part: dict, rows: list[dict]) -> str:
         lines.append(f"  {part['skipped']}")
     if not rows:
         return "\n".join(lines)
-    header = ["concurrency", "batch", "schedule k", "none tok/s", "best fixed k",
+    header = ["concurrency", "batch", "schedule k", "drafted k/step", "none tok/s",
+              "best fixed k",
               "fixed tok/s", "schedule tok/s", "schedule / max(none, fixed)", "rounds", "",
               "all-zero schedule / none", "rounds"]
     table = [header] + [[str(r["concurrency"]), _num(r["batch"]), str(r["schedule_k"]),
-                         _num(r["none_tok_s"]), str(r["best_fixed_k"] or "none"),
+                         _num(r["drafted_k_per_step"]), _num(r["none_tok_s"]),
+                         str(r["best_fixed_k"] or "none"),
                          _num(r["best_fixed_tok_s"]), _num(r["schedule_tok_s"]),
                          _num(r["schedule_over_best"]),
                          f"{_num(r['paired_min'])}-{_num(r['paired_max'])}", r["status"],
@@ -129,6 +131,15 @@ def format_schedule(part: dict, rows: list[dict]) -> str:
                      "every step (the all-zero column): at " + ", ".join(
                          f"c={r['concurrency']}" for r in zero_fail) + " no speculative "
                      "config serves faster; weigh the load you expect")
+    written = [r for r in rows if r["as_written"] != "SKIP"]
+    if written:
+        status = "PASS" if all(r["as_written"] == "PASS" for r in written) else "FAIL"
+        lines.append(f"{status}: vLLM served the schedule as written: draft tokens per "
+                     "request and step (its counters) within "
+                     f"{k_schedule.WRITTEN_TOLERANCE} of the k the schedule gives each "
+                     "batch size (" + ", ".join(
+                         f"c={r['concurrency']}: {_num(r['drafted_k_per_step'])} for k="
+                         f"{r['schedule_k']}" for r in written) + ")")
     status = "PASS" if all(r["status"] == "PASS" for r in rows) else "FAIL"
     lines.append(f"{status}: the schedule serves at >= {k_schedule.GOAL}x the better of no "
                  "speculation and the best fixed k at every concurrency")
