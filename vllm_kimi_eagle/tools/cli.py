@@ -110,12 +110,21 @@ def main(argv: list[str] | None = None) -> int:
     inspect.set_defaults(func=_inspect)
 
     demo = commands.add_parser(
-        "demo", help="serve the tiny target with its draft through vLLM and report acceptance"
+        "demo", help="serve the tiny Kimi-cost target with and without its draft through "
+                     "vLLM; report acceptance, the speedup and whether outputs are identical"
     )
     demo.add_argument("--models", help="tiny models folder (default: the cache)")
-    demo.add_argument("--draft", default="draft", help="draft variant folder name")
-    demo.add_argument("--port", type=int, default=0, help="server port (default: a free one)")
-    demo.add_argument("--max-tokens", type=int, default=64)
+    demo.add_argument("--target", default="target-kimi-cost",
+                      help="target folder name in it (default: target-kimi-cost)")
+    demo.add_argument("--draft", default="draft-kimi-cost",
+                      help="draft folder name in it (default: draft-kimi-cost)")
+    demo.add_argument("--port", type=int, default=0,
+                      help="port of the server with the draft (default: a free one; the "
+                           "other server always takes a free one)")
+    demo.add_argument("--prompts", type=int, default=4, help="prompts per round (default 4)")
+    demo.add_argument("--max-tokens", type=int, default=32, help="greedy tokens per prompt")
+    demo.add_argument("--rounds", type=int, default=3,
+                      help="interleaved rounds of both servers (default 3)")
     demo.add_argument("--out", default="out/demo", help="where server logs are kept")
     demo.set_defaults(func=_demo)
 

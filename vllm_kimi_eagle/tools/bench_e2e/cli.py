@@ -27,6 +27,9 @@ from vllm_kimi_eagle.tools.bench_e2e.grid import (
     settings,
 )
 from vllm_kimi_eagle.tools.bench_e2e.measure import run
+
+# Without --target: the tiny Kimi-cost target (Kimi's depth and decode cost) and its draft.
+TINY_MODELS = ("target-kimi-cost", "draft-kimi-cost")
 from vllm_kimi_eagle.tools.bench_e2e.report import (
     format_report,
     format_schedule,
@@ -64,8 +67,8 @@ def _config_list(text: str) -> list[str]:
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="vllm-kimi-eagle bench-e2e", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", help="target model (default: the tiny target)")
-    p.add_argument("--draft", help="draft model (default: the tiny draft)")
+    p.add_argument("--target", help="target model (default: the tiny Kimi-cost target)")
+    p.add_argument("--draft", help="draft model (default: the tiny Kimi-cost draft)")
     p.add_argument("--k", type=_int_list, help=f"num_speculative_tokens values (default "
                    f"{','.join(map(str, DEFAULTS['k']))})")
     p.add_argument("--concurrency", type=_int_list, help="client concurrencies (default "
@@ -115,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models
 
         folder = ensure_tiny_models()
-        args.target, args.draft = os.path.join(folder, "target"), os.path.join(folder, "draft")
+        args.target, args.draft = (os.path.join(folder, name) for name in TINY_MODELS)
     grid = settings(args)
     problem = plugin_problem(grid["configs"], os.environ) or (
         schedule_problem(grid["configs"], os.environ, args.server_args,
