@@ -1,4 +1,5 @@
-"""Run one real vLLM engine (CPU build) and print what tests need as one JSON line.
+"""Run one real vLLM engine (CPU build) and print what tests need as one result line
+(vllm_kimi_eagle/tools/engine_process.py; tests/helpers.run_engine reads it).
 
     python tests/engine_run.py '{"target": ..., "draft": ... or null, "prompts": [...],
                                  "max_tokens": 64, "num_speculative_tokens": 3,
@@ -25,11 +26,9 @@ of a fresh vLLM process. The engine core runs in this process
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-import traceback
 
 
 # The experiment switch (engine runs with a spawned engine core import this module too).
@@ -294,12 +293,6 @@ if __name__ == "__main__":
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     # collective_rpc with this file's functions (pickled by name) to a separate engine core.
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-    spec = json.loads(sys.argv[1])
-    try:
-        result = main(spec)
-    except Exception as err:  # report the error as data: tests assert on messages
-        traceback.print_exc()
-        result = {"error": f"{type(err).__name__}: {err}"}
-    print(json.dumps(result), flush=True)
-    # vLLM may leave non-daemon threads behind; the JSON line is all we need.
-    os._exit(0)
+    from vllm_kimi_eagle.tools import engine_process
+
+    engine_process.child_main(main, sys.argv[1])

@@ -134,24 +134,25 @@ ENGINE_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_ru
 
 
 def run_engine(spec: dict, env: dict | None = None, timeout: int = 900) -> dict:
-    """One real vLLM engine in a fresh process (tests/engine_run.py); its JSON result.
+    """One real vLLM engine in a fresh process (tests/engine_run.py, through the tools'
+    engine_process: a timeout stops its whole process group); its result.
 
-    An engine that fails returns {"error": ...}; the child's stderr tail is kept under
-    "_stderr" for messages that a test asserts on or prints when it fails.
-    """
+    An engine that fails returns {"error": ...}; the log's tail is kept under "_stderr"
+    for messages that a test asserts on or prints when it fails, the whole log under
+    "_log" (vLLM logs to stdout)."""
+    import tempfile
+
+    from vllm_kimi_eagle.tools import engine_process
+
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
-    proc = subprocess.run(
-        [sys.executable, ENGINE_RUN, json.dumps(spec)],
-        env=full_env, capture_output=True, text=True, timeout=timeout,
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if not lines:
-        raise AssertionError(
-            f"engine process printed no result (exit {proc.returncode}):\n{proc.stderr[-6000:]}"
-        )
-    result = json.loads(lines[-1])
-    result["_stderr"] = proc.stderr[-6000:]
-    result["_log"] = proc.stdout + proc.stderr  # vLLM logs to stdout
+    with tempfile.TemporaryDirectory(prefix="vllm-kimi-eagle-engine-") as folder:
+        log_path = os.path.join(folder, "engine.log")
+        result = engine_process.run([sys.executable, ENGINE_RUN, json.dumps(spec)], log_path,
+                                    full_env, timeout)
+        with open(log_path, errors="replace") as f:
+            text = f.read()
+    result["_stderr"] = text[-6000:]
+    result["_log"] = text
     return result
 
 

@@ -112,17 +112,34 @@ def test_decision_needs_the_lead_to_hold_over_resampled_prompts():
     steady = {0: torch.full((20, 3), 30.0), 1: torch.full((20, 3), 20.0)}
     samples = scoring.bootstrap(steady, positions)
     won = decide(_rows([2.8, 2.2]), current=1, samples=samples)
-    assert won["row"] == 0 and won["beats_current"] and "100.0%" in won["why"]
-    # Ahead on average, but only thanks to two prompts: a tie within noise.
+    assert won["status"] == "change" and won["row"] == 0 and won["beats_current"]
+    assert "100.0%" in won["why"] and won["difference"] == [0.6, 0.6]
+    # Today's reading best and clearly ahead of the runner-up: kept, decided.
+    kept = decide(_rows([2.8, 2.2]), current=0, samples=samples)
+    assert kept["status"] == "keep" and kept["row"] == 0 and not kept["beats_current"]
+    # Ahead on average, but only thanks to two prompts: undecided, today's reading stays,
+    # with the interval of the difference.
     lucky = torch.full((20, 3), 20.0)
     lucky[:2] = 45.0
     noisy = {0: lucky, 1: torch.full((20, 3), 21.0)}
     samples = scoring.bootstrap(noisy, positions)
     mean0 = 1 + float(lucky.sum() / positions.sum())
     tie = decide(_rows([mean0, 2.26]), current=1, samples=samples)
-    assert tie["row"] == 1 and not tie["beats_current"] and "tie within noise" in tie["why"]
+    assert tie["status"] == "undecided" and tie["row"] == 1 and not tie["beats_current"]
+    low, high = tie["difference"]
+    assert low < 0 < high and "short of 95.00%" in tie["why"]
     # The same inputs give the same samples: a recommendation cannot flip between runs.
     again = scoring.bootstrap(noisy, positions)
     assert all((again[i] == samples[i]).all() for i in samples)
     # Today's reading refused by the plugin: the best reading is what to apply.
-    assert decide(_rows([2.1, 2.5]), None, samples)["row"] == 1
+    applied = decide(_rows([2.1, 2.5]), None, samples)
+    assert applied["row"] == 1 and applied["status"] == "apply"
+
+
+def test_looking_after_every_round_is_paid_for():
+    from vllm_kimi_eagle.tools.calibrate.cli import round_sizes
+    from vllm_kimi_eagle.tools.calibrate.decision import per_look
+
+    assert round_sizes(16, 256) == [16, 32, 64, 128, 256]
+    assert round_sizes(16, 8) == [8] and round_sizes(24, 40) == [24, 40]
+    assert per_look(1) == pytest.approx(0.95) and per_look(5) == pytest.approx(0.99)

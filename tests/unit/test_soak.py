@@ -140,6 +140,9 @@ def test_rss_growth_compares_the_first_and_last_thirds():
     assert checks.rss_growth(warming) > 0.05 and checks.rss_growth(warming, since=3) == 0
     verdict = checks.memory_flat({"draft": growing, "none": flat}, 0.05)
     assert not verdict["passed"] and "draft grew" in verdict["detail"]
+    # The server without a draft is the control: reported, not judged.
+    control = checks.memory_flat({"draft": flat, "none": growing}, 0.05)
+    assert control["passed"] and "none, the control +54.5%" in control["detail"]
 
 
 def test_counts_ask_for_pressure_and_cancellations():

@@ -14,8 +14,8 @@ from vllm_kimi_eagle.config_access import text_config_value
 from vllm_kimi_eagle.tools.calibrate import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.calibrate import candidates, scoring
 from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError, Reading
-from vllm_kimi_eagle.tools.calibrate.capture import ensure_capture, run_engine
-from vllm_kimi_eagle.tools.calibrate.decision import decide, recheck_online
+from vllm_kimi_eagle.tools.calibrate import decision as decisions
+from vllm_kimi_eagle.tools.calibrate.capture import CaptureStore, run_engine
 from vllm_kimi_eagle.tools.calibrate.inputs import (
     check_draft,
     check_out_folder,
@@ -28,8 +28,9 @@ from vllm_kimi_eagle.tools.progress import say
 
 EXIT_RECOMMEND, EXIT_ERROR = 3, 2
 TINY_ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "max_model_len": 512}
-TINY_DEFAULTS = {"num_prompts": 16, "max_tokens": 64}
-REAL_DEFAULTS = {"num_prompts": 24, "max_tokens": 256}
+# First round, most prompts, greedy tokens each, and seconds for capturing and scoring.
+TINY_DEFAULTS = {"num_prompts": 16, "max_prompts": 256, "max_tokens": 64, "time_budget": 180}
+REAL_DEFAULTS = {"num_prompts": 24, "max_prompts": 24, "max_tokens": 256, "time_budget": 3600}
 
 
 def parse_args(argv):
@@ -39,8 +40,14 @@ def parse_args(argv):
     p.add_argument("--draft", required=True, help="the draft model folder")
     p.add_argument("--prompts", help="JSONL file of prompts (default: the tiny corpus for the "
                                      "tiny models, a built-in chat/code/maths mix otherwise)")
-    p.add_argument("--num-prompts", type=int, help="how many built-in prompts (default 16 "
-                                                   "tiny / 24)")
+    p.add_argument("--num-prompts", type=int, help="prompts of the first round (default 16 "
+                                                   "tiny / 24); each round doubles them until "
+                                                   "the comparison is decided")
+    p.add_argument("--max-prompts", type=int, help="most prompts to measure (default 256 "
+                                                   "tiny / every built-in or file prompt)")
+    p.add_argument("--time-budget", type=float, help="seconds for capturing and scoring "
+                                                     "(default 180 tiny / 3600); a round that "
+                                                     "would not fit is not started")
     p.add_argument("--max-tokens", type=int, help="greedy tokens per prompt (default 64 tiny "
                                                   "/ 256)")
     p.add_argument("--k", type=int, default=3, help="speculative tokens scored (default 3)")
@@ -73,29 +80,86 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
 
 
-def score_readings(readings: list[Reading], draft: str, target: str, capture, args):
-    """One row per reading (offline acceptance, per position, positions scored), the
-    per-prompt counts behind each, and the positions per prompt (the same for all)."""
+def score_readings(readings: list[Reading], models: dict, capture, k: int):
+    """Per reading, per prompt of ``capture``: matched counts [prompts, k], and the
+    positions per prompt (the same for every reading)."""
+    matched, positions = {}, None
+    for i, reading in enumerate(readings):
+        model, d2t = models[reading.rope_theta]
+        matched[i], positions = scoring.score(model, d2t, capture, reading.capture_ids, k)
+    return matched, positions
+
+
+def load_models(readings: list[Reading], draft: str, target: str, device: str | None) -> dict:
+    """The reference draft per rope base asked for."""
     import torch
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    rows, matched, models, positions = [], {}, {}, None
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return {theta: scoring.load_draft(draft, target, theta, device)
+            for theta in dict.fromkeys(r.rope_theta for r in readings)}
+
+
+def rows_of(readings: list[Reading], matched: dict, positions, samples: dict) -> list[dict]:
+    rows = []
     for i, reading in enumerate(readings):
-        if reading.rope_theta not in models:
-            models[reading.rope_theta] = scoring.load_draft(draft, target, reading.rope_theta,
-                                                            device)
-        model, d2t = models[reading.rope_theta]
-        t = time.perf_counter()
-        matched[i], positions = scoring.score(model, d2t, capture, reading.capture_ids, args.k)
         length, by_position = scoring.acceptance(matched[i], positions)
         rows.append({"reading": reading.name, "capture_ids": list(reading.capture_ids),
                      "rope_theta": reading.rope_theta, "labels": list(reading.labels),
                      "acceptance_length": round(length, 4),
                      "per_position": [round(p, 4) for p in by_position],
-                     "drafts": int(positions.sum())})
-        say(f"  [{i + 1}/{len(readings)}] {reading.name}: offline acceptance {length:.3f} "
-            f"({time.perf_counter() - t:.1f} s)")
-    return rows, matched, positions
+                     "drafts": int(positions.sum()),
+                     "interval": [round(float(q), 4) for q in _quantiles(samples[i])]})
+    return rows
+
+
+def round_sizes(first: int, most: int) -> list[int]:
+    """Prompts measured after each round: ``first``, doubled, up to ``most``."""
+    sizes = [min(first, most)]
+    while sizes[-1] < most:
+        sizes.append(min(2 * sizes[-1], most))
+    return sizes
+
+
+def measure(readings, current, pool, store, models, args, budget) -> tuple:
+    """Rounds of prompts until the comparison is decided, the prompts run out or the next
+    round would not fit in ``budget`` seconds. Returns (rows, decision, rounds)."""
+    import torch
+
+    started = time.perf_counter()
+    sizes = round_sizes(args.num_prompts, len(pool))
+    confidence = decisions.per_look(len(sizes))
+    matched = {i: torch.zeros(0, args.k) for i in range(len(readings))}
+    positions, done, rounds = torch.zeros(0), 0, []
+    for size in sizes:
+        t = time.perf_counter()
+        requests = store.requests(pool[done:size])
+        capture = scoring.load_capture(store.folder, requests, store.layers)
+        new, new_positions = score_readings(readings, models, capture, args.k)
+        matched = {i: torch.cat([matched[i], new[i]]) for i in matched}
+        positions, done = torch.cat([positions, new_positions]), size
+        samples = scoring.bootstrap(matched, positions)
+        rows = rows_of(readings, matched, positions, samples)
+        decision = decisions.decide(rows, current, samples, confidence)
+        rounds.append({"prompts": size, "seconds": round(time.perf_counter() - t, 1),
+                       "status": decision["status"], "ahead": decision["ahead"]})
+        say(f"round {len(rounds)}: {size} prompts, {decision['status']}"
+            + (f" ({decision['ahead']:.1%} ahead, needs {confidence:.2%})"
+               if decision["ahead"] is not None else "")
+            + f" ({rounds[-1]['seconds']} s)")
+        if decision["status"] != decisions.UNDECIDED:
+            break
+        following = next((n for n in sizes if n > size), None)
+        if following is None:
+            decision["why"] += f" (every one of the {size} prompts measured)"
+            break
+        estimate = rounds[-1]["seconds"] * (following - size) / max(size - (
+            rounds[-2]["prompts"] if len(rounds) > 1 else 0), 1)
+        if time.perf_counter() - started + estimate > budget:
+            decision["why"] += (f" (time budget: {budget:.0f} s; the next round, {following} "
+                                f"prompts, would take about {estimate:.0f} s more)")
+            break
+    decision["confidence"] = confidence
+    return rows, decision, rounds
 
 
 def confirm(rows: list[dict], readings: list[Reading], which: list[int], draft: str,
@@ -131,20 +195,21 @@ def calibrate(args) -> int:
         check_out_folder(args.write, draft)
     tiny = is_tiny_target(target)
     defaults = TINY_DEFAULTS if tiny else REAL_DEFAULTS
+    for key, value in defaults.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
     try:
         engine_args = {**(TINY_ENGINE_ARGS if tiny else {}), **json.loads(args.engine_args)}
     except ValueError as err:
         raise CalibrationError(f"--engine-args is not JSON: {err}") from None
+    if args.k < 1 or args.max_tokens <= args.k or args.num_prompts < 1 or args.max_prompts < 1:
+        raise CalibrationError(f"--k {args.k}, --max-tokens {args.max_tokens}, --num-prompts "
+                               f"{args.num_prompts}, --max-prompts {args.max_prompts}: give "
+                               "k >= 1, more greedy tokens than k and at least one prompt")
     if args.prompts:
-        prompts, source = read_prompts(args.prompts), args.prompts
+        pool, source = read_prompts(args.prompts)[:args.max_prompts], args.prompts
     else:
-        prompts, source = default_prompts(target, args.num_prompts or defaults["num_prompts"])
-    max_tokens = args.max_tokens or defaults["max_tokens"]
-    if args.k < 1 or max_tokens <= args.k or (args.num_prompts is not None
-                                              and args.num_prompts < 1):
-        raise CalibrationError(f"--k {args.k}, --max-tokens {max_tokens}, --num-prompts "
-                               f"{args.num_prompts}: give k >= 1, more greedy tokens than k "
-                               "and at least one prompt")
+        pool, source = default_prompts(target, args.max_prompts)
     after_last = vllm_compat.can_capture_after_last_layer()
     readings = candidates.readings(draft_config, layers, after_last,
                                    parse_thetas(args.rope_theta))
@@ -160,7 +225,8 @@ def calibrate(args) -> int:
         text_config_value(target_config, "hidden_size"), checkpoint.layer_prefix(tensors),
         environ={})
     say(f"calibrate: {draft} on {target}; {len(readings)} readings; today: {today_line}")
-    say(f"prompts: {len(prompts)} from {source}, {max_tokens} greedy tokens each, k={args.k}")
+    say(f"prompts: up to {len(pool)} from {source} in rounds from {min(args.num_prompts, len(pool))}"
+        f", {args.max_tokens} greedy tokens each, k={args.k}; time budget {args.time_budget:.0f} s")
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     capture_dir = os.path.abspath(args.capture or os.path.join(out, "capture"))
@@ -170,29 +236,29 @@ def calibrate(args) -> int:
         raise CalibrationError(f"--capture-layers {args.capture_layers!r}: give layer ids, "
                                "e.g. 1,2,3") from None
     needed = sorted({i for r in readings for i in r.capture_ids} | set(extra))
-    manifest = ensure_capture(capture_dir, target, needed, prompts, max_tokens, engine_args)
-    capture = scoring.load_capture(capture_dir, manifest)
-    rows, matched, positions = score_readings(readings, draft, target, capture, args)
-    samples = scoring.bootstrap(matched, positions)
-    for i, row in enumerate(rows):
-        row["interval"] = [round(float(q), 4) for q in _quantiles(samples[i])]
     current = next((i for i, r in enumerate(readings)
                     if r.capture_ids == today and r.rope_theta is None), None)
-    decision = decide(rows, current, samples)
+    models = load_models(readings, draft, target, args.device)
+    with CaptureStore(capture_dir, target, needed, args.max_tokens, engine_args) as store:
+        rows, decision, rounds = measure(readings, current, pool, store, models, args,
+                                         args.time_budget)
+        manifest = store.manifest
+    prompts = pool[:rounds[-1]["prompts"]]
     if not args.no_confirm:
         which = sorted({decision["row"]} | ({current} if current is not None else set()))
-        confirm(rows, readings, which, draft, draft_config, target, prompts, max_tokens,
+        confirm(rows, readings, which, draft, draft_config, target, prompts, args.max_tokens,
                 engine_args, args.k, out)
-        decision = recheck_online(decision, rows, current)
+        decision = decisions.recheck_online(decision, rows, current)
     chosen = decision["row"]
     setting = candidates.setting(readings[chosen], draft_config)
     if args.write:
         write_copy(draft, draft_config, setting, args.write)
     report = {
         "draft": draft, "target": target, "k": args.k, "prompts": len(prompts),
-        "max_tokens": max_tokens, "seconds": round(time.perf_counter() - started, 1),
+        "max_tokens": args.max_tokens, "seconds": round(time.perf_counter() - started, 1),
         "capture": {"layers": manifest["layers"], "seconds": manifest.get("seconds"),
                     "engine_start_s": manifest.get("start_s")},
+        "rounds": rounds, "confidence_per_round": round(decision["confidence"], 4),
         "candidates": rows,
         "current": ({"capture_ids": list(today),
                      "acceptance_length": rows[current]["acceptance_length"],
@@ -201,8 +267,9 @@ def calibrate(args) -> int:
         "recommended": {"capture_ids": rows[chosen]["capture_ids"],
                         "rope_theta": rows[chosen]["rope_theta"], "setting": setting,
                         "acceptance_length": rows[chosen]["acceptance_length"],
-                        "online": rows[chosen].get("online"),
-                        "beats_current": decision["beats_current"], "why": decision["why"]},
+                        "online": rows[chosen].get("online"), "status": decision["status"],
+                        "beats_current": decision["beats_current"],
+                        "difference": decision["difference"], "why": decision["why"]},
     }
     say(format_table(rows, current, chosen))
     with open(os.path.join(out, "calibrate.json"), "w") as f:

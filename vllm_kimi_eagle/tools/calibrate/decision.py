@@ -1,44 +1,82 @@
-"""Which reading ``calibrate`` recommends: the best offline acceptance, when it is ahead
-of today's reading beyond the noise of the prompts, and when vLLM's own counters agree."""
+"""Which reading ``calibrate`` recommends, and when it has measured enough to say so.
+
+Readings are compared on the same prompts, with a paired bootstrap over prompts. The run
+measures in rounds (more prompts each time) and stops as soon as the comparison that
+matters is decided:
+
+- today's reading measures best: it is *kept* once it is ahead of the runner-up in at
+  least the confidence asked for of the resampled prompt sets;
+- another reading measures best: it is *recommended* once it is ahead of today's as often;
+- otherwise the run measures more prompts, and when the prompts or the time run out it
+  says the comparison is *undecided*, with the interval of the difference, and keeps
+  today's reading (never a silent keep).
+
+Looking after every round would let noise decide more often than once in twenty; each
+look is held to ``1 - (1 - CONFIDENCE) / looks`` so that the run as a whole does not.
+"""
 
 from __future__ import annotations
 
-# A reading beats today's when it is ahead in at least this share of the bootstrap
-# samples over prompts (paired: the same resampled prompts for both).
 CONFIDENCE = 0.95
+CHANGE, KEEP, UNDECIDED, APPLY = "change", "keep", "undecided", "apply"
 
 
-def decide(rows: list[dict], current: int | None, samples: dict) -> dict:
-    """The recommended row: the best offline acceptance, when it beats today's reading in at
-    least CONFIDENCE of the paired bootstrap samples; else today's (a tie within noise)."""
+def per_look(planned_looks: int) -> float:
+    """The confidence each of ``planned_looks`` looks is held to."""
+    return 1 - (1 - CONFIDENCE) / max(planned_looks, 1)
+
+
+def _interval(difference) -> list[float]:
+    import numpy as np
+
+    return [round(float(q), 4) for q in np.quantile(difference, [0.05, 0.95])]
+
+
+def decide(rows: list[dict], current: int | None, samples: dict,
+           confidence: float = CONFIDENCE) -> dict:
+    """The decision after one look: ``status`` (CHANGE, KEEP, UNDECIDED, or APPLY where the
+    plugin refuses the draft today), the row to use, the compared pair's share of
+    resampled prompt sets and the 5-95% interval of their difference, and why."""
     best = max(range(len(rows)), key=lambda i: (rows[i]["acceptance_length"], i == current))
     if current is None:
-        return {"row": best, "beats_current": True,
+        return {"status": APPLY, "row": best, "beats_current": True, "ahead": None,
+                "difference": None,
                 "why": "the plugin refuses this draft today; the best reading is the one to apply"}
+    if len(rows) == 1:
+        return {"status": KEEP, "row": current, "beats_current": False, "ahead": 1.0,
+                "difference": None, "why": "today's reading is the only candidate"}
     if best == current:
-        return {"row": current, "beats_current": False,
-                "why": "today's reading is the best measured"}
-    ahead = float((samples[best] > samples[current]).mean())
-    if ahead >= CONFIDENCE:
-        return {"row": best, "beats_current": True,
-                "why": f"ahead of today's reading in {ahead:.1%} of {len(samples[best])} "
-                       "bootstrap samples over prompts"}
-    return {"row": current, "beats_current": False,
-            "why": f"the best reading ({rows[best]['reading']}) is ahead in only {ahead:.1%} "
-                   f"of the bootstrap samples (< {CONFIDENCE:.0%}): a tie within noise, "
-                   "today's reading stays"}
+        other = max((i for i in range(len(rows)) if i != current),
+                    key=lambda i: rows[i]["acceptance_length"])
+        lead, trail = current, other
+    else:
+        lead, trail = best, current
+    ahead = float((samples[lead] > samples[trail]).mean())
+    difference = _interval(samples[lead] - samples[trail])
+    share = (f"ahead of {rows[trail]['reading']} in {ahead:.1%} of {len(samples[lead])} "
+             f"resampled prompt sets (difference {difference[0]:+.3f} to {difference[1]:+.3f})")
+    if ahead >= confidence:
+        status = KEEP if lead == current else CHANGE
+        why = ("today's reading is the best measured, " if status == KEEP else "") + share
+        return {"status": status, "row": lead, "beats_current": status == CHANGE,
+                "ahead": ahead, "difference": difference, "why": why}
+    return {"status": UNDECIDED, "row": current, "beats_current": False, "ahead": ahead,
+            "difference": difference,
+            "why": f"{rows[lead]['reading']} measures best but is {share}, short "
+                   f"of {confidence:.2%}; today's reading stays. More prompts "
+                   "(--max-prompts, --time-budget) would decide it"}
 
 
 def recheck_online(decision: dict, rows: list[dict], current: int | None) -> dict:
     """A recommendation to change stands only if vLLM's own counters agree with it."""
     chosen = decision["row"]
-    if not decision["beats_current"] or current is None:
+    if decision["status"] != CHANGE or current is None:
         return decision
     ours, theirs = rows[chosen]["online"], rows[current]["online"]
     if ours["acceptance_length"] > theirs["acceptance_length"]:
         return dict(decision, why=decision["why"] + f"; online {ours['acceptance_length']} vs "
                                                     f"{theirs['acceptance_length']}")
-    return {"row": current, "beats_current": False,
-            "why": f"offline {rows[chosen]['reading']} led, but served by vLLM it reached "
-                   f"{ours['acceptance_length']} against today's {theirs['acceptance_length']}:"
-                   " today's reading stays"}
+    return dict(decision, status=UNDECIDED, row=current, beats_current=False,
+                why=f"offline {rows[chosen]['reading']} led, but served by vLLM it "
+                    f"reached {ours['acceptance_length']} against today's "
+                    f"{theirs['acceptance_length']}: today's reading stays")

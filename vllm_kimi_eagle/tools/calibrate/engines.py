@@ -1,24 +1,25 @@
-"""The two engines ``calibrate`` starts, each in a process of its own:
+"""The two engines ``calibrate`` starts, each in a process of its own (tools/engine_process.py):
 
-    python -m vllm_kimi_eagle.tools.calibrate.engines capture SPEC_JSON
+    python -m vllm_kimi_eagle.tools.calibrate.engines capture SPEC_JSON   (a session)
     python -m vllm_kimi_eagle.tools.calibrate.engines serve SPEC_JSON
 
 ``capture``: the target with vLLM's ``extract_hidden_states`` method and our connector;
-greedy generation of every prompt; one file of hidden states per prompt in ``out``.
-``serve``: the target with the draft (EAGLE3), greedy generation of the same prompts;
-vLLM's spec-decode counters. Both print one line starting with ``RESULT_PREFIX``.
-A prompt is ``{"messages": [...]}`` (chat, the model's template) or ``{"prompt": "..."}``.
+then, for every request on stdin (``{"prompts": [...], "max_tokens": N}``), greedy
+generation of its prompts and one file of hidden states per prompt in ``out``: the
+start-up is paid once however many rounds of prompts ``calibrate`` asks for.
+``serve``: the target with the draft (EAGLE3), greedy generation of the prompts; vLLM's
+spec-decode counters. A prompt is ``{"messages": [...]}`` (chat, the model's template) or
+``{"prompt": "..."}``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-import traceback
 
-RESULT_PREFIX = "CALIBRATE_RESULT "
+from vllm_kimi_eagle.tools import engine_process
+
 FILES_WAIT_S = 120
 
 
@@ -40,48 +41,63 @@ def _generate(llm, prompts: list[dict], max_tokens: int):
     return outputs
 
 
-def capture(spec: dict) -> dict:
+def capture_engine(spec: dict):
     from vllm import LLM
 
-    from vllm_kimi_eagle.tools import vllm_server
     from vllm_kimi_eagle.tools.calibrate import connector
 
-    out = spec["out"]
-    os.makedirs(out, exist_ok=True)
+    os.makedirs(spec["out"], exist_ok=True)
+    return LLM(model=spec["target"], seed=0, enable_prefix_caching=False,
+               speculative_config={
+                   "method": "extract_hidden_states", "num_speculative_tokens": 1,
+                   "draft_model_config": {"hf_config": {
+                       "eagle_aux_hidden_state_layer_ids": spec["layers"]}}},
+               kv_transfer_config={
+                   "kv_connector": connector.CLASS_NAME,
+                   "kv_connector_module_path": connector.__name__,
+                   "kv_role": "kv_producer",
+                   "kv_connector_extra_config": {"path": spec["out"]}},
+               **spec.get("engine_args", {}))
+
+
+def capture_round(llm, request: dict) -> dict:
+    """Greedy generation of the request's prompts; their hidden-state files."""
+    from vllm_kimi_eagle.tools.calibrate import connector
+
     started = time.perf_counter()
-    llm = LLM(model=spec["target"], seed=0, enable_prefix_caching=False,
-              speculative_config={
-                  "method": "extract_hidden_states", "num_speculative_tokens": 1,
-                  "draft_model_config": {"hf_config": {
-                      "eagle_aux_hidden_state_layer_ids": spec["layers"]}}},
-              kv_transfer_config={
-                  "kv_connector": connector.CLASS_NAME,
-                  "kv_connector_module_path": connector.__name__,
-                  "kv_role": "kv_producer",
-                  "kv_connector_extra_config": {"path": out}},
-              **spec.get("engine_args", {}))
-    start_s = time.perf_counter() - started
-    try:
-        started = time.perf_counter()
-        outputs = _generate(llm, spec["prompts"], spec["max_tokens"])
-        generate_s = time.perf_counter() - started
-        paths = [(o.kv_transfer_params or {}).get(connector.PATH_KEY) for o in outputs]
-        # The last requests' files are written on the engine's next steps.
-        deadline = time.time() + FILES_WAIT_S
-        while not all(p and os.path.exists(p) for p in paths) and time.time() < deadline:
-            if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
-                llm.llm_engine.step()
-            time.sleep(0.2)
-    finally:
-        vllm_server.stop_engine(llm)
+    outputs = _generate(llm, request["prompts"], request["max_tokens"])
+    generate_s = time.perf_counter() - started
+    paths = [(o.kv_transfer_params or {}).get(connector.PATH_KEY) for o in outputs]
+    # The last requests' files are written on the engine's next steps.
+    deadline = time.time() + FILES_WAIT_S
+    while not all(p and os.path.exists(p) for p in paths) and time.time() < deadline:
+        if os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
+            llm.llm_engine.step()
+        time.sleep(0.2)
     missing = [p for p in paths if not (p and os.path.exists(p))]
     if missing:
         raise RuntimeError(f"{len(missing)} hidden-state files were not written within "
                            f"{FILES_WAIT_S} s (first: {missing[0]})")
-    files = [{"path": p, "prompt_tokens": len(o.prompt_token_ids),
-              "sequence": list(o.prompt_token_ids) + list(o.outputs[0].token_ids)}
-             for p, o in zip(paths, outputs)]
-    return {"start_s": round(start_s, 1), "generate_s": round(generate_s, 2), "files": files}
+    return {"generate_s": round(generate_s, 2), "files": [
+        {"path": p, "prompt_tokens": len(o.prompt_token_ids),
+         "sequence": list(o.prompt_token_ids) + list(o.outputs[0].token_ids)}
+        for p, o in zip(paths, outputs)]}
+
+
+def capture(spec: dict) -> None:
+    """Start the capture engine, report its start-up, then answer rounds from stdin."""
+    from vllm_kimi_eagle.tools import vllm_server
+
+    started = time.perf_counter()
+    llm = capture_engine(spec)  # a failure here becomes the session's first answer
+    engine_process.emit({"start_s": round(time.perf_counter() - started, 1)})
+    try:
+        for line in sys.stdin:
+            if line.strip():
+                engine_process.emit(engine_process.answer(
+                    lambda request: capture_round(llm, request), line))
+    finally:
+        vllm_server.stop_engine(llm)
 
 
 def serve(spec: dict) -> dict:
@@ -106,14 +122,11 @@ def serve(spec: dict) -> dict:
 
 
 def main(argv: list[str]) -> None:
-    try:
-        result = {"capture": capture, "serve": serve}[argv[0]](json.loads(argv[1]))
-    except Exception as err:  # reported by the parent, with the log
-        traceback.print_exc()
-        result = {"error": f"{type(err).__name__}: {err}"[-2000:]}
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
-    sys.stderr.flush()
-    os._exit(0)  # vLLM may leave non-daemon threads behind
+    mode, spec = argv[0], argv[1]
+    if mode == "capture":
+        engine_process.run_child(capture, spec)
+    else:
+        engine_process.child_main(serve, spec)
 
 
 if __name__ == "__main__":  # vLLM starts its workers with spawn

@@ -36,6 +36,9 @@ def summary(report: dict, args) -> str:
         head = (f"RECOMMENDED: capture {rec['capture_ids']} (acceptance {rec['acceptance_length']}"
                 f" offline) instead of today's {report['current']['capture_ids']} "
                 f"({report['current']['acceptance_length']}): {rec['why']}")
+    elif rec["status"] == "undecided":
+        head = (f"UNDECIDED: keeping today's reading {rec['capture_ids']} (acceptance "
+                f"{rec['acceptance_length']} offline) for want of evidence: {rec['why']}")
     else:
         head = (f"keep today's reading {rec['capture_ids']} (acceptance "
                 f"{rec['acceptance_length']} offline): {rec['why']}")

@@ -36,12 +36,13 @@ class Capture:
     sequences: list  # (prompt length, token ids [T] tensor, states [T-1, layers, hidden])
 
 
-def load_capture(folder: str, manifest: dict) -> Capture:
+def load_capture(folder: str, requests: list[dict], layers: list[int]) -> Capture:
+    """The captured sequences and states of ``requests`` (manifest entries) in ``folder``."""
     import torch
     from safetensors.torch import load_file
 
     sequences = []
-    for item in manifest["requests"]:
+    for item in requests:
         data = load_file(os.path.join(folder, os.path.basename(item["path"])))
         tokens = torch.tensor(item["sequence"], dtype=torch.long)
         if data["token_ids"].tolist() != item["sequence"][:-1]:
@@ -49,7 +50,7 @@ def load_capture(folder: str, manifest: dict) -> Capture:
                                    "capture generated; delete the capture folder or pass "
                                    "--capture NEW_FOLDER")
         sequences.append((item["prompt_tokens"], tokens, data["hidden_states"]))
-    return Capture(list(manifest["layers"]), sequences)
+    return Capture(list(layers), sequences)
 
 
 def _rope_parameters(draft: str) -> dict:

@@ -6,17 +6,15 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 from vllm_kimi_eagle import vllm_compat
-from vllm_kimi_eagle.tools import vllm_server
+from vllm_kimi_eagle.tools import engine_process, vllm_server
 from vllm_kimi_eagle.tools.bench_e2e.grid import BenchError
 from vllm_kimi_eagle.tools.gpu_check import __doc__ as DESCRIPTION
-from vllm_kimi_eagle.tools.gpu_check.engine_case import RESULT_PREFIX
 from vllm_kimi_eagle.tools.gpu_check.matrix import BASE, Case, matrix
 from vllm_kimi_eagle.tools.gpu_check.verdicts import (
     Check,
@@ -78,27 +76,11 @@ def run_case(case: Case, args, models: str, out: str) -> tuple[dict, str]:
     safe = case.name.replace("/", "_")
     env = {**os.environ, **case.env(), "VLLM_CACHE_ROOT": os.path.join(out, "cache", safe)}
     log_path = os.path.join(out, "logs", f"{safe}.log")
-    started = time.perf_counter()
-    with open(log_path, "w") as log:
-        try:
-            subprocess.run([sys.executable, "-m", "vllm_kimi_eagle.tools.gpu_check.engine_case",
-                            json.dumps(spec)], env=env, stdout=log, stderr=subprocess.STDOUT,
-                           timeout=CASE_TIMEOUT_S, check=False)
-        except subprocess.TimeoutExpired:
-            pass
+    result = engine_process.run(
+        [sys.executable, "-m", "vllm_kimi_eagle.tools.gpu_check.engine_case", json.dumps(spec)],
+        log_path, env, CASE_TIMEOUT_S)
     with open(log_path, errors="replace") as f:
-        text = f.read()
-    lines = [line for line in text.splitlines() if line.startswith(RESULT_PREFIX)]
-    result = (json.loads(lines[-1][len(RESULT_PREFIX):]) if lines else
-              {"error": f"no result after {time.perf_counter() - started:.0f} s (timeout "
-                        f"{CASE_TIMEOUT_S} s or a crash); see {log_path}"})
-    if "error" in result:
-        causes = [line.split("] ", 1)[-1] for line in text.splitlines()
-                  if "Error:" in line and "Engine core initialization failed" not in line]
-        if causes:
-            result["cause"] = causes[-1][-400:]
-    result["log"] = log_path
-    return result, text
+        return result, f.read()
 
 
 def run_matrix(cases: list[Case], args, models: str, out: str):

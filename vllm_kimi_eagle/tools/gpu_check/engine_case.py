@@ -4,20 +4,17 @@
 
 The spec: ``target``, ``speculative_config`` (or null), ``prompts``, ``max_tokens``,
 ``tensor_parallel``, ``gpu_memory_utilization``, ``max_model_len``, ``enforce_eager``
-(false: compiled, CUDA graphs), ``dtype`` (null: vLLM's choice). The result line starts
-with ``RESULT_PREFIX``: start-up and generation seconds, token ids per prompt and the
+(false: compiled, CUDA graphs), ``dtype`` (null: vLLM's choice). Its result line
+(tools/engine_process.py): start-up and generation seconds, token ids per prompt and the
 spec-decode counters of the generation, or the error.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
-import traceback
 
-RESULT_PREFIX = "GPU_CHECK_RESULT "
+from vllm_kimi_eagle.tools import engine_process
 
 
 def run(spec: dict) -> dict:
@@ -53,17 +50,5 @@ def run(spec: dict) -> dict:
             **counters.summary()}
 
 
-def main(argv: list[str]) -> int:
-    try:
-        result = run(json.loads(argv[0]))
-    except Exception as err:  # the parent reports it as the case's failure
-        traceback.print_exc()
-        result = {"error": f"{type(err).__name__}: {err}"[-2000:]}
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # vLLM may leave non-daemon threads; the result line is all we need
-
-
 if __name__ == "__main__":  # vLLM starts its workers with spawn
-    main(sys.argv[1:])
+    engine_process.child_main(run, sys.argv[1])

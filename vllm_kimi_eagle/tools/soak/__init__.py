@@ -15,7 +15,9 @@ its client as planned, or gets the HTTP error it must get, naming the field; eve
 answer of the draft server is the no-draft server's, token for token; drafts are accepted
 in every window, also after preemptions; acceptance in the windows with sampled requests
 is within ``--acceptance-tolerance`` of the greedy-only windows'; vLLM preempted and
-clients cancelled; nothing is left running after a window; each server's resident memory
-grows less than ``--rss-limit`` from the first third of the run to the last. Exit 0 when
-every check passes, 1 when one fails, 2 when the soak could not run.
+clients cancelled; nothing is left running after a window; the draft server's resident
+memory grows less than ``--rss-limit`` from the first third of the run to the last, after
+the greedy-only windows that warm it up (the server without a draft is reported beside it
+as the control). Exit 0 when every check passes, 1 when one fails, 2 when the soak could
+not run.
 """

@@ -167,6 +167,9 @@ def rss_growth(samples: list[tuple[float, int]], since: float = 0.0) -> float | 
 
 def memory_flat(memory: dict[str, list[tuple[float, int]]], limit: float,
                 since: float = 0.0) -> dict:
+    """The server with the draft must keep its memory within ``limit`` from the first to
+    the last third of the run after ``since`` (the warm-up); the server without a draft is
+    the control, reported beside it: what vLLM's memory does with no draft at all."""
     problems, parts = [], []
     for server, samples in memory.items():
         growth = rss_growth(samples, since)
@@ -174,10 +177,10 @@ def memory_flat(memory: dict[str, list[tuple[float, int]]], limit: float,
             problems.append(f"{server}: too few samples")
             continue
         mib = samples[-1][1] / 2**20
-        whole = rss_growth(samples)
-        parts.append(f"{server} {growth:+.1%} ({mib:.0f} MiB at the end; {whole:+.1%} with "
-                     "the warm-up)")
-        if growth > limit:
+        role = "" if server == DRAFT else ", the control"
+        parts.append(f"{server}{role} {growth:+.1%} ({mib:.0f} MiB at the end; "
+                     f"{rss_growth(samples):+.1%} with the warm-up)")
+        if server == DRAFT and growth > limit:
             problems.append(f"{server} grew {growth:.1%} > {limit:.0%}")
     return check("RSS flat (last third vs first third)", problems,
                  f"from the end of the warm-up at {since:.0f}s: " + ", ".join(parts))
