@@ -36,9 +36,9 @@ from vllm_kimi_eagle import (
     vllm_compat,
 )
 from vllm_kimi_eagle.architectures import PLUGIN_DRAFT_ARCHITECTURES
+from vllm_kimi_eagle.draft_report import DraftReport, draft_report
 from vllm_kimi_eagle.draft_source import DraftHeaders, draft_headers
-from vllm_kimi_eagle.draft_spec import spec_from_config
-from vllm_kimi_eagle.layer_ids import explicit_convention, resolve_layer_ids
+from vllm_kimi_eagle.layer_ids import explicit_convention
 from vllm_kimi_eagle.patching import wrap_method
 from vllm_kimi_eagle.shortcut_policy import FLAG
 
@@ -55,14 +55,6 @@ _USER_GIVEN: contextvars.ContextVar[frozenset[str] | None] = contextvars.Context
 )
 
 
-def tensor_problems(draft: str, draft_config, tensors, target_vocab, target_hidden) -> list[str]:
-    """Every problem of a draft's tensors (from headers) against its (wrapped) config."""
-    spec = spec_from_config(draft_config, source=os.path.join(draft, "config.json"))
-    return checkpoint.check_checkpoint(
-        spec, tensors, target_vocab=target_vocab, target_hidden=target_hidden
-    )
-
-
 @functools.lru_cache(maxsize=8)
 def _cached_headers(model: str, revision: str | None) -> DraftHeaders:
     return draft_headers(model, revision)
@@ -73,25 +65,39 @@ def _headers(draft) -> DraftHeaders:
     return _cached_headers(draft.model, getattr(draft, "revision", None))
 
 
-def apply_layer_ids(spec_config) -> None:
-    """Resolve the draft's layer ids and write them where vLLM's runners read them."""
+def report_for(spec_config) -> tuple[DraftReport, DraftHeaders]:
+    """What vLLM will make of this draft: the report ``inspect`` prints, from the configs
+    vLLM has read and the draft's headers (local folder, HF cache or hub metadata)."""
     draft, target = spec_config.draft_model_config, spec_config.target_model_config
-    hf_config = draft.hf_config
-    if getattr(hf_config, RESOLVED_MARK, None):
-        return
-    target_type = getattr(target.hf_config, "model_type", None)
-    asked, _ = explicit_convention(hf_config)
-    if target_type not in KIMI_DEEPSEEK_TARGETS and not asked:
-        return
-    tensors = _headers(draft).tensors or {}
-    decision = resolve_layer_ids(
-        hf_config,
-        vllm_compat.total_layers(target),
+    headers = _headers(draft)
+    report = draft_report(
+        draft.hf_config,
+        headers.tensors,
+        source=os.path.join(draft.model, "config.json"),
+        target_layers=vllm_compat.total_layers(target),
+        target_hidden=target.get_hidden_size(),
+        target_vocab=target.get_vocab_size(),
         can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
-        fc_in_features=checkpoint.fc_in_features(tensors),
-        target_hidden_size=target.get_hidden_size(),
-        layer_prefix=checkpoint.layer_prefix(tensors),
     )
+    return report, headers
+
+
+def handles_layer_ids(spec_config) -> bool:
+    """Kimi and DeepSeek targets, or a draft whose config names its convention; once."""
+    hf_config = spec_config.draft_model_config.hf_config
+    if getattr(hf_config, RESOLVED_MARK, None):
+        return False
+    target_type = getattr(spec_config.target_model_config.hf_config, "model_type", None)
+    asked, _ = explicit_convention(hf_config)
+    return target_type in KIMI_DEEPSEEK_TARGETS or bool(asked)
+
+
+def apply_layer_ids(spec_config, report: DraftReport) -> None:
+    """Write the resolved layer ids where vLLM's runners read them."""
+    hf_config = spec_config.draft_model_config.hf_config
+    if report.layer_id_error is not None:
+        raise report.layer_id_error
+    decision = report.decision
     hf_config.eagle_aux_hidden_state_layer_ids = list(decision.capture_ids)
     setattr(hf_config, RESOLVED_MARK, {"written": decision.written,
                                         "convention": decision.convention,
@@ -100,24 +106,24 @@ def apply_layer_ids(spec_config) -> None:
     log("vllm-kimi-eagle: %s", decision.log_line())
 
 
-def check_checkpoint(spec_config) -> None:
-    """Raise CheckpointError if an MLA EAGLE3 draft would not serve as trained.
+def check_checkpoint(spec_config, report: DraftReport, headers: DraftHeaders) -> None:
+    """Raise if an MLA EAGLE3 draft would not serve as trained.
 
     Local folders, hub drafts in the HF cache and (online) hub drafts are checked from
     their safetensors headers; when no header can be read the check is skipped with a
     log line, and the draft class still checks every tensor while loading.
     """
-    draft, target = spec_config.draft_model_config, spec_config.target_model_config
+    draft = spec_config.draft_model_config
     if not PLUGIN_DRAFT_ARCHITECTURES & set(draft.architectures or ()):
         return
-    headers = _headers(draft)
+    if report.config_error is not None:
+        raise report.config_error
     if headers.tensors is None:
         logger.info(
             "vllm-kimi-eagle: pre-serve checkpoint check of %s skipped: %s. Loading the "
             "weights still checks every tensor strictly.", draft.model, headers.where)
         return
-    problems = tensor_problems(draft.model, draft.hf_config, headers.tensors,
-                               target.get_vocab_size(), target.get_hidden_size())
+    problems = report.tensor_problems
     if problems:
         raise checkpoint.CheckpointError(
             f"the EAGLE3 MLA draft at {draft.model} does not match its config.json "
@@ -177,14 +183,18 @@ def on_speculative_config(spec_config, ours: bool) -> None:
         return
     if spec_config.draft_model_config is None or spec_config.target_model_config is None:
         return
-    apply_layer_ids(spec_config)
+    layer_ids = handles_layer_ids(spec_config)
+    if layer_ids or ours:  # the headers may cost a request to the hub: only when used
+        report, headers = report_for(spec_config)
+    if layer_ids:
+        apply_layer_ids(spec_config, report)
     check_schedule(spec_config)
     for line in (cpu_sampler.log_line(cpu_sampler.install_cpu_sampler()),
                  cpu_mla_verify.log_line(cpu_mla_verify.install_cpu_mla_verify())):
         if line:
             logger.info("vllm-kimi-eagle: %s", line)
     if ours:
-        check_checkpoint(spec_config)
+        check_checkpoint(spec_config, report, headers)
         apply_greedy_shortcut(spec_config)
 
 

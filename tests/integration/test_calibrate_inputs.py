@@ -23,7 +23,7 @@ def _calibrate(tiny, tmp_path, *, target=None, draft=None, extra=()):
 def test_no_draft_folder(tiny, tmp_path):
     proc = _calibrate(tiny, tmp_path, draft=str(tmp_path / "nowhere"))
     assert proc.returncode == 2
-    assert "--draft" in proc.stderr and "not a folder" in proc.stderr
+    assert "--draft" in proc.stderr and "no such folder" in proc.stderr
 
 
 def test_a_target_that_is_not_mla(tiny, tmp_path):

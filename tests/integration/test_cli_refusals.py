@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 from tests.helpers import run_cli
 
 
-def test_cli_refuses_before_starting_a_server(tmp_path):
-    proc = run_cli("eval", "--target", "t", "--draft", "d", "--task", "mmlu",
+def test_cli_refuses_before_starting_a_server(tiny, tmp_path):
+    proc = run_cli("eval", "--target", os.path.join(tiny, "target"), "--draft",
+                   os.path.join(tiny, "draft"), "--task", "mmlu",
                    "--out", str(tmp_path / "eval"), timeout=1200)
     assert proc.returncode == 2
     assert "mmlu_anatomy (multiple_choice)" in proc.stderr and "starting vLLM" not in proc.stderr

@@ -21,7 +21,6 @@ from contextlib import ExitStack
 
 from vllm_kimi_eagle.fixtures import corpus
 from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models
-from vllm_kimi_eagle.fixtures.kimi_cost import NAME as KIMI_COST_TARGET
 from vllm_kimi_eagle.tools import spec_metrics, vllm_server
 from vllm_kimi_eagle.tools.progress import say
 

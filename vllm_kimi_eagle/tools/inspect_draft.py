@@ -1,38 +1,26 @@
 """``vllm-kimi-eagle inspect DRAFT [--target TARGET] [--json]``: what vLLM will make of a draft.
 
-Reads config.json files and safetensors headers only (no weights, no vLLM engine) and
-reports the draft's layout, MLA dimensions, layer ids and the convention decision, and
-every problem that would stop serving or cost acceptance. Run it when acceptance is
-lower than expected.
+DRAFT and TARGET are folders or hub ids (``model_source.py``). Reads config.json files
+and safetensors headers only (no weights, no vLLM engine), through the same report the
+runtime acts on (``draft_report.py``), and reports the draft's layout, MLA dimensions,
+layer ids and the convention decision, and every problem that would stop serving or
+cost acceptance. Run it when acceptance is lower than expected.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 
-from vllm_kimi_eagle import checkpoint, rope_override, vllm_compat
+from vllm_kimi_eagle import checkpoint, model_source, rope_override, vllm_compat
 from vllm_kimi_eagle.config_access import text_config_value
-from vllm_kimi_eagle.draft_spec import DraftConfigError, canonical_name, spec_from_config
-from vllm_kimi_eagle.layer_ids import (
-    LayerIdError,
-    ambiguity_advice,
-    resolve_layer_ids,
-    written_ids,
-)
+from vllm_kimi_eagle.draft_report import draft_report
+from vllm_kimi_eagle.draft_source import draft_headers, is_local
+from vllm_kimi_eagle.draft_spec import canonical_name
+from vllm_kimi_eagle.layer_ids import ambiguity_advice, written_ids
 
 MLA_FIELDS = ("hidden_size", "num_attention_heads", "q_lora_rank", "kv_lora_rank",
               "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "intermediate_size")
-
-
-def _read_config(folder: str) -> dict:
-    path = os.path.join(folder, "config.json")
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError as err:
-        raise FileNotFoundError(f"{path}: not found; pass a model folder.") from err
 
 
 def layout(tensors: dict[str, checkpoint.TensorInfo]) -> dict:
@@ -51,11 +39,40 @@ def layout(tensors: dict[str, checkpoint.TensorInfo]) -> dict:
     }
 
 
-def inspect_draft(draft: str, target: str | None = None, environ=os.environ) -> dict:
-    """Everything the report says, as one JSON-ready dict; problems listed, never raised."""
-    config = _read_config(draft)
+def read_headers(draft: str, revision: str | None) -> tuple[dict | None, str, str | None]:
+    """The draft's tensors, where they were read, and a problem if a local checkpoint
+    cannot be read (a hub draft whose headers are out of reach is a note, not a problem:
+    serving reads them the same way and loading checks every tensor)."""
+    try:
+        headers = draft_headers(draft, revision)
+    except checkpoint.CheckpointError as err:
+        return None, "local folder", str(err)
+    if headers.tensors is None and is_local(draft):
+        return None, headers.where, f"{headers.where}; a draft checkpoint is one " \
+            f"model.safetensors or shards listed in {checkpoint.INDEX_FILE}."
+    return headers.tensors, headers.where, None
+
+
+def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
+                  revision: str | None = None, target_revision: str | None = None) -> dict:
+    """Everything the report says, as one JSON-ready dict; problems listed, never raised.
+
+    ``draft`` and ``target`` are folders, ids in the Hugging Face cache or hub ids
+    (config.json and safetensors headers only: no weights are fetched). A model that
+    cannot be found raises ModelNotFound.
+    """
+    draft_folder = model_source.resolve(draft, revision, role="draft",
+                                        files=model_source.CONFIG_FILES)
+    config = model_source.read_config(draft_folder, "draft")
+    target_config = {}
+    if target:
+        target_config = model_source.read_config(model_source.resolve(
+            target, target_revision, role="--target", files=model_source.CONFIG_FILES),
+            "--target")
     report: dict = {
         "draft": draft,
+        "draft_folder": draft_folder.folder,
+        "found_in": draft_folder.where,
         "architecture": (config.get("architectures") or [None])[0],
         "model_type": config.get("model_type"),
         "mla": {k: config.get(k) for k in MLA_FIELDS},
@@ -77,58 +94,44 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ) -> 
     ids, source = written_ids(config)
     report["layer_ids"] = ids
     report["layer_ids_source"] = source
-    target_config = _read_config(target) if target else {}
     layers = text_config_value(target_config, "num_hidden_layers")
     hidden = text_config_value(target_config, "hidden_size")
     vocab = text_config_value(target_config, "vocab_size")
     report["target"] = {"path": target, "num_hidden_layers": layers, "hidden_size": hidden,
                         "vocab_size": vocab}
 
-    tensors = {}
-    try:
-        tensors = checkpoint.read_checkpoint(draft)
+    tensors, report["headers_from"], header_error = read_headers(draft, revision)
+    if tensors:
         report["layout"] = layout(tensors)
-    except checkpoint.CheckpointError as err:
-        report["problems"].append(str(err))
-    try:
-        spec = spec_from_config(config, source=os.path.join(draft, "config.json"))
-        report["draft_vocab_size"] = spec.draft_vocab_size
-        report["num_aux_hidden_states"] = spec.num_aux
-        if tensors:
-            report["problems"] += checkpoint.check_checkpoint(
-                spec, tensors, target_vocab=vocab, target_hidden=hidden)
-    except DraftConfigError as err:
-        report["problems"].append(str(err))
-
-    try:
-        decision = resolve_layer_ids(
-            config,
-            layers,
-            can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
-            fc_in_features=checkpoint.fc_in_features(tensors),
-            layer_prefix=checkpoint.layer_prefix(tensors),
-            target_hidden_size=hidden or config.get("target_hidden_size")
-            or config.get("hidden_size"),
-            environ=environ,
-        )
-        report["convention"] = decision.convention
+    found = draft_report(
+        config, tensors,
+        source=os.path.join(draft_folder.folder, "config.json"),
+        target_layers=layers, target_hidden=hidden, target_vocab=vocab,
+        can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
+        header_error=header_error, environ=environ,
+    )
+    report["problems"] += found.problems
+    if found.spec is not None:
+        report["draft_vocab_size"] = found.spec.draft_vocab_size
+        report["num_aux_hidden_states"] = found.spec.num_aux
+    decision = found.decision
+    report["convention"] = decision.convention if decision else None
+    report["capture_ids"] = decision.capture_ids if decision else None
+    if decision:
         report["convention_reason"] = decision.reason
         report["convention_rule"] = decision.rule
         report["training_tool"] = decision.tool
-        report["capture_ids"] = decision.capture_ids
         report["ambiguous"] = decision.ambiguous
         report["ambiguous_capture_ids"] = decision.ambiguous_with
         report["decision"] = decision.log_line()
-    except LayerIdError as err:
-        report["convention"] = None
-        report["capture_ids"] = None
-        report["problems"].append(str(err))
     return report
 
 
 def format_report(report: dict) -> str:
+    found = ("" if report["found_in"] == "local folder"
+             else f" ({report['found_in']}: {report['draft_folder']})")
     lines = [
-        f"draft         {report['draft']}",
+        f"draft         {report['draft']}{found}",
         f"architecture  {report['architecture']}  (model_type {report['model_type']})",
     ]
     if "layout" in report:
@@ -137,8 +140,12 @@ def format_report(report: dict) -> str:
             f"layout        prefix {lay['layer_prefix']}, embed_tokens "
             f"{'own' if lay['embed_tokens'] else 'shared from target'}, lm_head "
             f"{'own' if lay['lm_head'] else 'shared from target'}, d2t {lay['d2t']}, "
-            f"{lay['files']} file(s), dtypes {lay['dtypes']}"
+            f"{lay['files']} file(s), dtypes {lay['dtypes']} (headers from the "
+            f"{report['headers_from']})"
         )
+    elif not report["problems"] or report["headers_from"] != "local folder":
+        lines.append(f"tensors       not checked: {report['headers_from']} (loading the "
+                     "weights checks every tensor)")
     lines.append(f"flags         {report['flags']}")
     rope = report["rope_theta"]
     lines.append(f"rope base     {rope['served']}" + (

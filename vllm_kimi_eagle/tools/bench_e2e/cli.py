@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 
-from vllm_kimi_eagle import vllm_compat
+from vllm_kimi_eagle import model_source, vllm_compat
 from vllm_kimi_eagle.tools import vllm_server
 from vllm_kimi_eagle.tools.bench_e2e import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.bench_e2e import k_schedule
@@ -119,6 +119,9 @@ def main(argv: list[str] | None = None) -> int:
 
         folder = ensure_tiny_models()
         args.target, args.draft = (os.path.join(folder, name) for name in TINY_MODELS)
+    else:
+        args.target = model_source.local_folder(args.target, "--target")
+        args.draft = model_source.local_folder(args.draft, "--draft")
     grid = settings(args)
     problem = plugin_problem(grid["configs"], os.environ) or (
         schedule_problem(grid["configs"], os.environ, args.server_args,

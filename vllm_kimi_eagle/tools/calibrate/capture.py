@@ -12,6 +12,7 @@ import shutil
 import sys
 import time
 
+from vllm_kimi_eagle import checkpoint
 from vllm_kimi_eagle.layer_ids import CONVENTION_ENV
 from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV
 from vllm_kimi_eagle.tools import engine_process
@@ -46,8 +47,15 @@ def run_engine(mode: str, spec: dict, log_path: str) -> dict:
     return checked(engine_process.run(command, log_path, engine_env(), ENGINE_TIMEOUT_S), mode)
 
 
+def target_files(target: str) -> list[str]:
+    """The target's config and weights, links followed: one identity for a folder and the
+    same files reached through the Hugging Face cache."""
+    names = [os.path.join(target, "config.json"), *checkpoint.checkpoint_files(target)]
+    return sorted(os.path.realpath(name) for name in names)
+
+
 def capture_key(target: str, max_tokens: int, engine_args: dict) -> str:
-    text = json.dumps([MANIFEST_FORMAT, os.path.abspath(target), max_tokens, engine_args],
+    text = json.dumps([MANIFEST_FORMAT, target_files(target), max_tokens, engine_args],
                       sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

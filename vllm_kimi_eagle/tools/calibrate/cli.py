@@ -20,7 +20,7 @@ from vllm_kimi_eagle.tools.calibrate.inputs import (
     check_draft,
     check_out_folder,
     parse_thetas,
-    read_config,
+    resolve_model,
 )
 from vllm_kimi_eagle.tools.calibrate.prompts import default_prompts, is_tiny_target, read_prompts
 from vllm_kimi_eagle.tools.calibrate.report import format_table, summary, write_copy
@@ -36,8 +36,12 @@ REAL_DEFAULTS = {"num_prompts": 24, "max_prompts": 24, "max_tokens": 256, "time_
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="vllm-kimi-eagle calibrate", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", required=True, help="the target model folder")
-    p.add_argument("--draft", required=True, help="the draft model folder")
+    p.add_argument("--target", required=True,
+                   help="the target model: a folder or a hub id (from the Hugging Face cache "
+                        "or fetched as vLLM would fetch it)")
+    p.add_argument("--draft", required=True, help="the draft model: a folder or a hub id")
+    p.add_argument("--revision", help="the draft's hub revision (branch, tag or commit)")
+    p.add_argument("--target-revision", help="the target's hub revision")
     p.add_argument("--prompts", help="JSONL file of prompts (default: the tiny corpus for the "
                                      "tiny models, a built-in chat/code/maths mix otherwise)")
     p.add_argument("--num-prompts", type=int, help="prompts of the first round (default 16 "
@@ -186,9 +190,8 @@ def confirm(rows: list[dict], readings: list[Reading], which: list[int], draft: 
 
 def calibrate(args) -> int:
     started = time.perf_counter()
-    target, draft = os.path.abspath(args.target), os.path.abspath(args.draft)
-    target_config = read_config(target, "target")
-    draft_config = read_config(draft, "draft")
+    target, target_config = resolve_model(args.target, args.target_revision, "target")
+    draft, draft_config = resolve_model(args.draft, args.revision, "draft")
     layers = candidates.check_target(target_config, target)
     check_draft(draft, draft_config, target_config)
     if args.write:

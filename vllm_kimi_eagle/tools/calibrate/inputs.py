@@ -1,27 +1,25 @@
-"""What ``calibrate`` checks before any engine starts: the two folders, the draft's
-tensors against its config, the rope bases asked for, the folder to write."""
+"""What ``calibrate`` checks before any engine starts: the two models (folders or hub
+ids), the draft's tensors against its config, the rope bases asked for, the folder to
+write."""
 
 from __future__ import annotations
 
-import json
 import os
 
-from vllm_kimi_eagle import checkpoint
+from vllm_kimi_eagle import checkpoint, model_source
 from vllm_kimi_eagle.config_access import text_config_value
 from vllm_kimi_eagle.draft_spec import DraftConfigError, spec_from_config
 from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError
 
 
-def read_config(folder: str, role: str) -> dict:
-    path = os.path.join(folder, "config.json")
-    if not os.path.isdir(folder):
-        raise CalibrationError(f"--{role} {folder}: not a folder; give the local model folder "
-                               "(download a hub model first, e.g. huggingface-cli download)")
+def resolve_model(model: str, revision: str | None, role: str) -> tuple[str, dict]:
+    """The model's local folder (absolute) and its config.json; hub ids are looked up in
+    the Hugging Face cache or fetched as vLLM would fetch them (``model_source.py``)."""
     try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError) as err:
-        raise CalibrationError(f"{path}: {err}") from None
+        found = model_source.resolve(model, revision, role=f"--{role}")
+        return os.path.abspath(found.folder), model_source.read_config(found, f"--{role}")
+    except model_source.ModelNotFound as err:
+        raise CalibrationError(str(err)) from None
 
 
 def check_draft(draft: str, config: dict, target_config: dict) -> None:

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from vllm_kimi_eagle import model_source
 from vllm_kimi_eagle.tools import vllm_server
 from vllm_kimi_eagle.tools.evaluation import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.evaluation.measure import measured_run, server_for
@@ -53,12 +54,16 @@ def parse_args(argv):
         p.error("give --draft (the server with speculation is started here) or --spec-url")
     if args.limit is not None and args.limit >= 1:
         args.limit = int(args.limit)
-    args.tokenizer = args.tokenizer or args.target
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.target:
+        args.target = model_source.local_folder(args.target, "--target")
+    if args.draft:
+        args.draft = model_source.local_folder(args.draft, "--draft")
+    args.tokenizer = args.tokenizer or args.target
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     include_path = tiny_task_yaml(os.path.join(out, "tasks")) if args.task == TINY_TASK else None

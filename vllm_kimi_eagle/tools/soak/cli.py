@@ -11,6 +11,7 @@ import sys
 import time
 from contextlib import ExitStack
 
+from vllm_kimi_eagle import model_source
 from vllm_kimi_eagle.tools import vllm_server
 from vllm_kimi_eagle.tools.progress import say
 from vllm_kimi_eagle.tools.soak import __doc__ as DESCRIPTION
@@ -163,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
 
         folder = ensure_tiny_models()
         args.target, args.draft = os.path.join(folder, "target"), os.path.join(folder, "draft")
+    else:
+        args.target = model_source.local_folder(args.target, "--target")
+        args.draft = model_source.local_folder(args.draft, "--draft")
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     planned = traffic.plan(args.seed, args.requests, args.window, args.greedy_windows,
