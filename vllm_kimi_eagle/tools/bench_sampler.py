@@ -251,7 +251,7 @@ def _fmt(value, spec: str) -> str:
     return format(value, spec) if value is not None else "-".rjust(int(spec.split(".")[0]))
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv):
     parser = argparse.ArgumentParser(prog="vllm-kimi-eagle bench-sampler", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hidden", type=int, default=KIMI["hidden"])
@@ -266,7 +266,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="PyTorch threads on a CPU (default 1: per-thread CPU time is "
                              "then the whole cost)")
     parser.add_argument("--json", action="store_true", help="one JSON object per row")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)

@@ -18,7 +18,8 @@ def _build_tiny(args) -> int:
 def _inspect(args) -> int:
     from vllm_kimi_eagle.tools.inspect_draft import format_report, inspect_draft
 
-    report = inspect_draft(args.draft, args.target)
+    report = inspect_draft(args.draft, args.target, revision=args.revision,
+                           target_revision=args.target_revision)
     print(json.dumps(report) if args.json else format_report(report))
     return 1 if report["problems"] else 0
 
@@ -30,31 +31,50 @@ def _demo(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; a model that cannot be found is one line on stderr and exit 2."""
+    from vllm_kimi_eagle.model_source import ModelNotFound
+
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["bench-sampler"]:  # its own options; see tools/bench_sampler.py
-        from vllm_kimi_eagle.tools import bench_sampler
+    try:
+        return run_command(argv)
+    except ModelNotFound as err:
+        print(f"vllm-kimi-eagle {argv[0] if argv else ''}: {err}", file=sys.stderr)
+        return 2
 
-        return bench_sampler.main(argv[1:])
-    if argv[:1] == ["bench-e2e"]:  # its own options; see tools/bench_e2e/
-        from vllm_kimi_eagle.tools.bench_e2e import cli
 
-        return cli.main(argv[1:])
-    if argv[:1] == ["calibrate"]:  # its own options; see tools/calibrate/
-        from vllm_kimi_eagle.tools.calibrate import cli
+# Commands with their own options: module with parse_args(argv) and main(argv).
+TOOL_MODULES = {
+    "bench-sampler": "vllm_kimi_eagle.tools.bench_sampler",
+    "bench-e2e": "vllm_kimi_eagle.tools.bench_e2e.cli",
+    "calibrate": "vllm_kimi_eagle.tools.calibrate.cli",
+    "gpu-check": "vllm_kimi_eagle.tools.gpu_check.cli",
+    "soak": "vllm_kimi_eagle.tools.soak.cli",
+    "eval": "vllm_kimi_eagle.tools.evaluation.cli",
+}
 
-        return cli.main(argv[1:])
-    if argv[:1] == ["gpu-check"]:  # its own options; see tools/gpu_check/
-        from vllm_kimi_eagle.tools.gpu_check import cli
 
-        return cli.main(argv[1:])
-    if argv[:1] == ["soak"]:  # its own options; see tools/soak/
-        from vllm_kimi_eagle.tools.soak import cli
+def tool_module(name: str):
+    import importlib
 
-        return cli.main(argv[1:])
-    if argv[:1] == ["eval"]:  # its own options; see tools/evaluation/
-        from vllm_kimi_eagle.tools.evaluation import cli
+    return importlib.import_module(TOOL_MODULES[name])
 
-        return cli.main(argv[1:])
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """Parse a command line as the command would, without running it (docs are checked
+    with this)."""
+    if argv[:1] and argv[0] in TOOL_MODULES:
+        return tool_module(argv[0]).parse_args(argv[1:])
+    return build_parser().parse_args(argv)
+
+
+def run_command(argv: list[str]) -> int:
+    if argv[:1] and argv[0] in TOOL_MODULES:
+        return tool_module(argv[0]).main(argv[1:])
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="vllm-kimi-eagle",
         description="Kimi-K2.x EAGLE3 MLA drafts on vLLM: tools around the plugin.",
@@ -104,8 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         "inspect",
         help="report a draft's layout, layer ids, the layers vLLM will capture, and problems",
     )
-    inspect.add_argument("draft", help="draft model folder")
-    inspect.add_argument("--target", help="target model folder (enables range checks)")
+    inspect.add_argument("draft", help="draft model: a folder or a hub id (ORG/NAME, from "
+                                       "the Hugging Face cache or the hub)")
+    inspect.add_argument("--target", help="target model, folder or hub id (enables range "
+                                          "checks; only its config.json is read)")
+    inspect.add_argument("--revision", help="the draft's hub revision (branch, tag or commit)")
+    inspect.add_argument("--target-revision", help="the target's hub revision")
     inspect.add_argument("--json", action="store_true", help="one JSON object")
     inspect.set_defaults(func=_inspect)
 
@@ -127,9 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="interleaved rounds of both servers (default 3)")
     demo.add_argument("--out", default="out/demo", help="where server logs are kept")
     demo.set_defaults(func=_demo)
-
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return parser
 
 
 if __name__ == "__main__":
