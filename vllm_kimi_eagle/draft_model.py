@@ -6,6 +6,9 @@ step is written down in ``reference.py`` (the pure-PyTorch twin used for trainin
 the numerical oracle); this module is the same math on vLLM's building blocks.
 
 Checkpoints load without conversion and strictly: see ``checkpoint.py``.
+
+No ``from __future__ import annotations`` here: vLLM's ``support_torch_compile`` reads
+the forward's real annotations to find its dynamic arguments.
 """
 
 

@@ -93,13 +93,13 @@ DRAFT_CONFIG_OVERRIDE = "hf_config_override"
 # class defines each itself (0.28 and 0.32: combine_hidden_states, compute_logits,
 # config, embed_input_ids, get_top_tokens, has_own_embed_tokens, has_own_lm_head,
 # lm_head, model, forward; mask_hidden is parallel drafting only).
-# Which base leaves the least inherited code, per release (names a base adds beyond
-# nn.Module that our class does not define, read on 0.28.0 and 0.32.0):
-# - llama_eagle3.Eagle3LlamaForCausalLM: 16 (0.28) / 17 (0.32): interface flags
-#   (supports_eagle3, supports_pp, supports_lora), target-side layer-id setters, and
-#   hf_to_vllm_mapper (Llama names, read by the loader only for quantized drafts);
-# - deepseek_eagle3.Eagle3DeepseekV2ForCausalLM (vLLM's own MLA draft): 18 in both, the
-#   same flags plus MoE/EPLB hooks (set_eplb_state, update_physical_experts_metadata,
+# Which base leaves the least inherited code (names a base adds beyond nn.Module that our
+# class does not define; the unit test above lists them from the installed vLLM):
+# - llama_eagle3.Eagle3LlamaForCausalLM: interface flags (supports_eagle3, supports_pp,
+#   supports_lora), target-side layer-id setters, and hf_to_vllm_mapper (Llama names,
+#   read by the loader only for quantized drafts);
+# - deepseek_eagle3.Eagle3DeepseekV2ForCausalLM (vLLM's own MLA draft): the same flags
+#   plus MoE/EPLB hooks (set_eplb_state, update_physical_experts_metadata,
 #   get_expert_mapping, set_moe_parameters) that vLLM's expert-load balancing calls on
 #   models that look like MoE; a dense one-layer draft must not offer them.
 # So the Llama class stays the base in every release 0.28-0.33 (it is also the only

