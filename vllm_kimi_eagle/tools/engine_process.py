@@ -170,6 +170,19 @@ class Session:
 
 
 # ---- the child's side ------------------------------------------------------------------------
+ERROR_CHARS = 4000
+
+
+def error_text(err: Exception) -> str:
+    """An exception as one result's error: its head says what failed (vLLM names the
+    architecture there), its tail why; a long middle is cut."""
+    text = f"{type(err).__name__}: {err}"
+    if len(text) <= ERROR_CHARS:
+        return text
+    half = ERROR_CHARS // 2
+    return f"{text[:half]} [...] {text[-half:]}"
+
+
 def emit(result: dict) -> None:
     print(RESULT_PREFIX + json.dumps(result), flush=True)
 
@@ -181,7 +194,7 @@ def answer(handler: Callable[[dict], dict], request: dict | str) -> dict:
         return handler(json.loads(request) if isinstance(request, str) else request)
     except Exception as err:  # the parent reports it, with the log
         traceback.print_exc()
-        return {"error": f"{type(err).__name__}: {err}"[-2000:]}
+        return {"error": error_text(err)}
 
 
 def child_main(handler: Callable[[dict], dict], argument: str) -> None:
@@ -197,7 +210,7 @@ def run_child(function: Callable[[dict], None], argument: str) -> None:
         function(json.loads(argument))
     except Exception as err:
         traceback.print_exc()
-        emit({"error": f"{type(err).__name__}: {err}"[-2000:]})
+        emit({"error": error_text(err)})
     _exit()
 
 
