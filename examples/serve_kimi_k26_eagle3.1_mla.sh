@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Kimi-K2.6 + lightseekorg/kimi-k2.6-eagle3.1-mla (EAGLE3.1: fc_norm + norm_output) on 8 GPUs.
 # vLLM serves the checkpoint as the multimodal KimiK25ForConditionalGeneration; the draft
-# reads its language model's layers, text and images alike (README: "Kimi-K2.5 / K2.6 are
+# reads its language model's layers, text and images alike (docs/multimodal.md: "Kimi-K2.5 / K2.6 are
 # multimodal"). --trust-remote-code: the checkpoint's tokenizer is remote code.
 # TEXT_ONLY=1 adds --language-model-only: no vision tower is built, image requests are
 # refused, speculative decoding is the same; leave it off to serve images.

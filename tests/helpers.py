@@ -19,6 +19,22 @@ from vllm_kimi_eagle.fixtures import corpus, variants
 from vllm_kimi_eagle.fixtures.tokenizer import write_tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def doc_pages() -> list[str]:
+    """README.md and every page of docs/, the user's documentation."""
+    docs = os.path.join(REPO, "docs")
+    return [os.path.join(REPO, "README.md"),
+            *sorted(os.path.join(docs, n) for n in os.listdir(docs) if n.endswith(".md"))]
+
+
+def docs_text() -> str:
+    """The user's documentation, every page, as one text."""
+    texts = []
+    for path in doc_pages():
+        with open(path) as f:
+            texts.append(f.read())
+    return "\n".join(texts)
 # The command line tool, as `python -m` runs it (the console script vllm-kimi-eagle).
 CLI_MODULE = "vllm_kimi_eagle.tools.cli"
 

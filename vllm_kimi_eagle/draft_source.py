@@ -1,5 +1,5 @@
 """Where a draft's safetensors headers come from: a local folder, the Hugging Face cache,
-or the hub's metadata API, so the pre-serve checks run for hub ids (the README's
+or the hub's metadata API, so the pre-serve checks run for hub ids (the docs'
 ``lightseekorg/...`` usage) as they do for local folders.
 
 Only headers are read (a few KB per file), never weights. Offline, with nothing in the

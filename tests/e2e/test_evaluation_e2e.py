@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.helpers import BASE_ENV, CLI_MODULE, FP32, REPO, run_cli
+from tests.helpers import BASE_ENV, CLI_MODULE, FP32, docs_text, run_cli
 from vllm_kimi_eagle.tools import vllm_server
 from vllm_kimi_eagle.tools.evaluation.tasks import TINY_TASK
 
@@ -24,15 +24,14 @@ def _report(out) -> dict:
 
 
 def _readme_offline_eval() -> str:
-    """The README's offline eval command (the bash block that runs kimi_eagle_gpqa_tiny)."""
-    with open(os.path.join(REPO, "README.md")) as f:
-        blocks = re.findall(r"```bash\n(.*?)```", f.read(), re.S)
+    """The docs' offline eval command (the bash block that runs kimi_eagle_gpqa_tiny)."""
+    blocks = re.findall(r"```bash\n(.*?)```", docs_text(), re.S)
     (block,) = [b for b in blocks if TINY_TASK in b]
     return block
 
 
 def test_readme_offline_eval_runs_as_written(tiny, tmp_path):
-    """The README's command, on a machine whose environment sets no VLLM_CPU_KVCACHE_SPACE."""
+    """The documented command, on a machine whose environment sets no VLLM_CPU_KVCACHE_SPACE."""
     command = _readme_offline_eval().replace(".venv/bin/vllm-kimi-eagle",
                                              f"{sys.executable} -m {CLI_MODULE}")
     command = command.replace("python3 ", f"{sys.executable} ")

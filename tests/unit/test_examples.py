@@ -7,7 +7,7 @@ import os
 import re
 import subprocess
 
-from tests.helpers import REPO
+from tests.helpers import REPO, docs_text
 
 
 def test_gpu_examples_are_consistent_with_the_readme():
@@ -32,9 +32,8 @@ def _commands(text: str) -> list[str]:
             if line.startswith("vllm-kimi-eagle eval")]
 
 
-def test_gpu_eval_example_is_the_readme_command():
-    with open(os.path.join(REPO, "README.md")) as f:
-        readme = _commands(f.read())
+def test_gpu_eval_example_is_the_documented_command():
+    readme = _commands(docs_text())
     with open(os.path.join(REPO, "examples", "eval_kimi_k26.sh")) as f:
         example = _commands(f.read())
     assert len(example) == 1 and example[0] in readme, (example, readme)
