@@ -35,6 +35,29 @@ def docs_text() -> str:
         with open(path) as f:
             texts.append(f.read())
     return "\n".join(texts)
+
+
+# The commit a model placed in a Hugging Face cache layout is filed under.
+HF_COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def place_in_hf_cache(cache: str, repo_id: str, folder: str, commit: str = HF_COMMIT) -> str:
+    """``folder`` as huggingface_hub leaves a downloaded snapshot: refs/main names the
+    commit, and snapshots/COMMIT holds links to the files (here the built files
+    themselves rather than blobs)."""
+    repo = os.path.join(cache, "models--" + repo_id.replace("/", "--"))
+    snapshot = os.path.join(repo, "snapshots", commit)
+    os.makedirs(snapshot)
+    os.makedirs(os.path.join(repo, "refs"))
+    with open(os.path.join(repo, "refs", "main"), "w") as f:
+        f.write(commit)
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if os.path.isfile(path):
+            os.symlink(os.path.realpath(path), os.path.join(snapshot, name))
+    return snapshot
+
+
 # The command line tool, as `python -m` runs it (the console script vllm-kimi-eagle).
 CLI_MODULE = "vllm_kimi_eagle.tools.cli"
 

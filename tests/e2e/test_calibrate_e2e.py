@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-from tests.helpers import MAX_TOKENS, PROMPTS, engine, served
+from tests.helpers import MAX_TOKENS, PROMPTS, engine, place_in_hf_cache, run_cli, served
 from vllm_kimi_eagle.layer_ids import CONVENTION_KEY, IDS_KEY
 from vllm_kimi_eagle.tools.calibrate import cli
 
@@ -64,6 +64,29 @@ def test_calibrate_recommends_the_layers_each_draft_was_trained_on(tiny, capture
     assert report["candidates"][0]["drafts"] > 0
     # The plugin already reads each of these right: calibrate keeps today's reading.
     assert report["current"]["capture_ids"] == TRAINED_ON[name] and code == 0
+
+
+def test_calibrate_takes_ids_from_the_hugging_face_cache(tiny, capture, capsys, tmp_path):
+    """Target and draft named by hub id, found in a Hugging Face cache offline, calibrate
+    as their folders do; the capture is keyed on the target's files, so it is shared."""
+    arguments = ["--prompts", capture["prompts"], "--max-tokens", str(MAX_TOKENS),
+                 "--capture", capture["dir"], "--capture-layers", ALL_LAYERS, "--no-confirm"]
+    code, by_folder = calibrate(tiny, capture, os.path.join(tiny, "draft-output-of"),
+                                "--no-confirm", capsys=capsys)
+    cache = str(tmp_path / "hf-cache")
+    place_in_hf_cache(cache, "tiny-org/target", os.path.join(tiny, "target"))
+    place_in_hf_cache(cache, "tiny-org/draft-output-of", os.path.join(tiny, "draft-output-of"))
+    proc = run_cli("calibrate", "--target", "tiny-org/target", "--draft",
+                   "tiny-org/draft-output-of", *arguments, "--out", str(tmp_path / "out"),
+                   "--json", env={"HF_HUB_CACHE": cache, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == code, proc.stderr[-3000:]
+    assert "capture: reusing" in proc.stderr, proc.stderr[-3000:]
+    by_id = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert by_id["draft"].startswith(cache) and by_id["target"].startswith(cache), by_id
+    assert by_id["candidates"] == by_folder["candidates"]
+    assert by_id["current"] == by_folder["current"]
+    assert by_id["recommended"] == by_folder["recommended"]
+    assert by_id["recommended"]["capture_ids"] == TRAINED_ON["draft-output-of"]
 
 
 def _retyped(tiny, root, source: str, name: str, edit) -> str:

@@ -12,33 +12,15 @@ import os
 
 import pytest
 
-from tests.helpers import probe_engine_config, run_cli
+from tests.helpers import HF_COMMIT, place_in_hf_cache, probe_engine_config, run_cli
 from vllm_kimi_eagle.fixtures import kimi_cost
 
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
 # hub id -> tiny folder name
 REPOS = {"tiny-org/kimi-cost-target": kimi_cost.NAME,
          "tiny-org/kimi-cost-draft-output-of": "draft-kimi-cost-output-of",
          "tiny-org/target": "target",
          "tiny-org/draft": "draft"}
 MISSING = "tiny-org/not-downloaded"
-
-
-def place_in_hf_cache(cache: str, repo_id: str, folder: str, commit: str = COMMIT) -> str:
-    """``folder`` as huggingface_hub leaves a downloaded snapshot: refs/main names the
-    commit, and snapshots/COMMIT holds links to the files (here the built files
-    themselves rather than blobs)."""
-    repo = os.path.join(cache, "models--" + repo_id.replace("/", "--"))
-    snapshot = os.path.join(repo, "snapshots", commit)
-    os.makedirs(snapshot)
-    os.makedirs(os.path.join(repo, "refs"))
-    with open(os.path.join(repo, "refs", "main"), "w") as f:
-        f.write(commit)
-    for name in os.listdir(folder):
-        path = os.path.join(folder, name)
-        if os.path.isfile(path):
-            os.symlink(os.path.realpath(path), os.path.join(snapshot, name))
-    return snapshot
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +54,7 @@ def test_inspect_with_cached_ids_says_what_it_says_with_folders(tiny, hub):
 
 def test_inspect_takes_a_revision(hub):
     assert inspect_json("tiny-org/draft", "--revision", "main", "--target", "tiny-org/target",
-                        "--target-revision", COMMIT, env=hub)["capture_ids"] == [2, 3, 5]
+                        "--target-revision", HF_COMMIT, env=hub)["capture_ids"] == [2, 3, 5]
     proc = run_cli("inspect", "tiny-org/draft", "--revision", "v9", env=hub, timeout=120)
     assert proc.returncode == 2 and "at revision v9" in proc.stderr, proc.stderr
 
@@ -103,7 +85,7 @@ def test_a_cached_config_alone_is_not_enough_to_serve(hub, tmp_path):
     """inspect leaves config.json alone in the cache; a tool that serves asks for weights."""
     cache = str(tmp_path / "hf-cache")
     snapshot = place_in_hf_cache(cache, "tiny-org/config-only", os.path.join(
-        hub["HF_HUB_CACHE"], "models--tiny-org--draft", "snapshots", COMMIT))
+        hub["HF_HUB_CACHE"], "models--tiny-org--draft", "snapshots", HF_COMMIT))
     for name in os.listdir(snapshot):
         if name != "config.json":
             os.remove(os.path.join(snapshot, name))

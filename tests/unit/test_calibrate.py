@@ -13,7 +13,7 @@ from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV
 from vllm_kimi_eagle.tools.calibrate import candidates, scoring
 from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError
 from vllm_kimi_eagle.tools.calibrate.decision import decide
-from vllm_kimi_eagle.tools.calibrate.prompts import read_prompts
+from vllm_kimi_eagle.tools.calibrate.prompts import is_tiny_target, read_prompts
 
 
 def nested(ids, **extra):
@@ -143,3 +143,21 @@ def test_looking_after_every_round_is_paid_for():
     assert round_sizes(16, 256) == [16, 32, 64, 128, 256]
     assert round_sizes(16, 8) == [8] and round_sizes(24, 40) == [24, 40]
     assert per_look(1) == pytest.approx(0.95) and per_look(5) == pytest.approx(0.99)
+
+
+def test_the_tiny_target_is_known_also_through_links(tmp_path):
+    """The tiny defaults apply to the tiny target named by folder or reached through a
+    Hugging Face cache snapshot (links to its files), and to nothing else."""
+    models = tmp_path / "tiny"
+    (models / "target").mkdir(parents=True)
+    (models / "BUILT.json").write_text("{}")
+    (models / "target" / "config.json").write_text("{}")
+    snapshot = tmp_path / "hf" / "models--org--target" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").symlink_to(models / "target" / "config.json")
+    other = tmp_path / "other" / "model"
+    other.mkdir(parents=True)
+    (other / "config.json").write_text("{}")
+    assert is_tiny_target(str(models / "target")) and is_tiny_target(str(snapshot))
+    assert not is_tiny_target(str(other))
+

@@ -12,8 +12,11 @@ BUILT_IN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "pro
 
 
 def is_tiny_target(target: str) -> bool:
-    """A target of the tiny models (its folder sits in a build-tiny models folder)."""
-    return os.path.exists(os.path.join(os.path.dirname(os.path.abspath(target)), "BUILT.json"))
+    """A target of the tiny models: its config.json sits in a build-tiny models folder,
+    links followed, so that the tiny target reached through a Hugging Face cache is
+    calibrated as its folder is."""
+    config = os.path.realpath(os.path.join(target, "config.json"))
+    return os.path.exists(os.path.join(os.path.dirname(os.path.dirname(config)), "BUILT.json"))
 
 
 def read_prompts(path: str) -> list[dict]:
