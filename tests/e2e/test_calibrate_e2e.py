@@ -42,13 +42,18 @@ def capture(tiny, tmp_path_factory):
     return {"dir": str(root / "capture"), "prompts": str(prompts), "root": root}
 
 
+def arguments(target: str, draft: str, capture, out: str) -> list[str]:
+    """calibrate's arguments for one draft: the shared prompts, token budget and capture."""
+    return ["--target", target, "--draft", draft, "--prompts", capture["prompts"],
+            "--max-tokens", str(MAX_TOKENS), "--capture", capture["dir"],
+            "--capture-layers", ALL_LAYERS, "--out", out, "--json"]
+
+
 def calibrate(tiny, capture, draft: str, *extra: str, capsys) -> tuple[int, dict]:
     """One calibration in this process (the capture engine is a child process); (exit
     status, the JSON report)."""
-    code = cli.main(["--target", os.path.join(tiny, "target"), "--draft", draft,
-                     "--prompts", capture["prompts"], "--max-tokens", str(MAX_TOKENS),
-                     "--capture", capture["dir"], "--capture-layers", ALL_LAYERS,
-                     "--out", str(capture["root"] / "out"), "--json", *extra])
+    code = cli.main(arguments(os.path.join(tiny, "target"), draft, capture,
+                              str(capture["root"] / "out")) + list(extra))
     out, err = capsys.readouterr()
     print(err[-3000:])
     return code, json.loads(out.strip().splitlines()[-1])
@@ -69,16 +74,14 @@ def test_calibrate_recommends_the_layers_each_draft_was_trained_on(tiny, capture
 def test_calibrate_takes_ids_from_the_hugging_face_cache(tiny, capture, capsys, tmp_path):
     """Target and draft named by hub id, found in a Hugging Face cache offline, calibrate
     as their folders do; the capture is keyed on the target's files, so it is shared."""
-    arguments = ["--prompts", capture["prompts"], "--max-tokens", str(MAX_TOKENS),
-                 "--capture", capture["dir"], "--capture-layers", ALL_LAYERS, "--no-confirm"]
     code, by_folder = calibrate(tiny, capture, os.path.join(tiny, "draft-output-of"),
                                 "--no-confirm", capsys=capsys)
     cache = str(tmp_path / "hf-cache")
     place_in_hf_cache(cache, "tiny-org/target", os.path.join(tiny, "target"))
     place_in_hf_cache(cache, "tiny-org/draft-output-of", os.path.join(tiny, "draft-output-of"))
-    proc = run_cli("calibrate", "--target", "tiny-org/target", "--draft",
-                   "tiny-org/draft-output-of", *arguments, "--out", str(tmp_path / "out"),
-                   "--json", env={"HF_HUB_CACHE": cache, "HF_HUB_OFFLINE": "1"})
+    proc = run_cli("calibrate", *arguments("tiny-org/target", "tiny-org/draft-output-of",
+                                           capture, str(tmp_path / "out")), "--no-confirm",
+                   env={"HF_HUB_CACHE": cache, "HF_HUB_OFFLINE": "1"})
     assert proc.returncode == code, proc.stderr[-3000:]
     assert "capture: reusing" in proc.stderr, proc.stderr[-3000:]
     by_id = json.loads(proc.stdout.strip().splitlines()[-1])
