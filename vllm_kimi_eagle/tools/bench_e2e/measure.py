@@ -78,13 +78,16 @@ def measure_window(server: vllm_server.Server, model: str, prompts: list[str],
     seconds = time.perf_counter() - started
     window = server.scrape() - before
     tokens = sum(r["completion_tokens"] for r in done)
+    samples = polled.result()
     return {
         "requests": len(requests),
         "output_tokens": tokens,
         "seconds": seconds,
         "tokens_per_s": tokens / seconds,
         "tpot_ms": spec_metrics.time_per_output_token_ms(window),
-        "batch": spec_metrics.mean_batch(polled.result()),
+        "batch": spec_metrics.mean_batch(samples),
+        "polls": {"taken": len(samples), "failed": samples.count(None),
+                  "busy": sum(1 for v in samples if v)},
         "counters": spec_metrics.spec_counters(window),
         "k_per_step": spec_metrics.draft_tokens_per_step(window, len(requests)),
     }
@@ -137,22 +140,34 @@ class LiveServers:
         """One measured window of server ``name``; its drafts are checked against
         ``config`` (or ``must_draft`` where given: True, False, or None for no check)."""
         server, model = self.servers[name]
+        w = self.measure(server, model, concurrency)
+        if w["batch"] is None:  # its batch size is unknown: measured again, once
+            self.say(f"  {name}: no poll of /metrics saw a running request {w['polls']}; "
+                     "measuring this window again")
+            w = self.measure(server, model, concurrency)
+        if w["batch"] is None:
+            raise BenchError(f"{name}: two windows at concurrency {concurrency} without a "
+                             f"poll of /metrics that saw a running request {w['polls']}: its "
+                             f"batch size is unknown; see the server's log {server.log_path}")
+        problem = window_problem(config, w["counters"], must_draft)
+        if problem:
+            raise BenchError(f"{problem} (log {server.log_path})")
+        self.progress.update()
+        return w
+
+    def measure(self, server: vllm_server.Server, model: str, concurrency: int) -> dict:
+        """``measure_window`` on ``server`` alone, every other server frozen."""
         self.pause_all()
         server.resume()
         allowed = os.sched_getaffinity(0)
         if self.cpus:  # the client's threads, started by measure_window, inherit this
             os.sched_setaffinity(0, self.cpus[1])
         try:
-            w = measure_window(server, model, self.prompts, concurrency,
-                               self.grid["max_tokens"])
+            return measure_window(server, model, self.prompts, concurrency,
+                                  self.grid["max_tokens"])
         finally:
             os.sched_setaffinity(0, allowed)
             server.pause()
-        problem = window_problem(config, w["counters"], must_draft)
-        if problem:
-            raise BenchError(f"{problem} (log {server.log_path})")
-        self.progress.update()
-        return w
 
 
 def run(args, grid: dict, out: str, schedule: bool = False) -> dict:
