@@ -21,14 +21,18 @@ def github_anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
+def prose(path: str) -> str:
+    """A page's text outside its code blocks."""
+    with open(path) as f:
+        return re.sub(r"```.*?```", "", f.read(), flags=re.S)
+
+
 def anchors(path: str) -> set[str]:
     """The anchors of a page's headings (outside code blocks), repeats numbered as GitHub
     numbers them."""
-    with open(path) as f:
-        text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
     seen: dict[str, int] = {}
     found = set()
-    for line in text.splitlines():
+    for line in prose(path).splitlines():
         match = HEADING.match(line)
         if match:
             anchor = github_anchor(match.group(1))
@@ -39,9 +43,7 @@ def anchors(path: str) -> set[str]:
 
 
 def local_links(path: str) -> list[str]:
-    with open(path) as f:
-        text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
-    return [link for link in LINK.findall(text) if not re.match(r"[a-z]+:", link)]
+    return [link for link in LINK.findall(prose(path)) if not re.match(r"[a-z]+:", link)]
 
 
 LINKS = [(os.path.relpath(page, REPO), link) for page in doc_pages()

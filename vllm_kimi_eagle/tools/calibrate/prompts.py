@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+from vllm_kimi_eagle.fixtures.cache import BUILT
 from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError
 
 BUILT_IN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "prompts.jsonl")
@@ -16,7 +17,7 @@ def is_tiny_target(target: str) -> bool:
     links followed, so that the tiny target reached through a Hugging Face cache is
     calibrated as its folder is."""
     config = os.path.realpath(os.path.join(target, "config.json"))
-    return os.path.exists(os.path.join(os.path.dirname(os.path.dirname(config)), "BUILT.json"))
+    return os.path.exists(os.path.join(os.path.dirname(os.path.dirname(config)), BUILT))
 
 
 def read_prompts(path: str) -> list[dict]:
