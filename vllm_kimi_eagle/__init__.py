@@ -58,6 +58,7 @@ def register() -> None:
         draft_choice,
     )
     from vllm_kimi_eagle.config_alias import register_config_alias
+    from vllm_kimi_eagle.cpu_mla_backend import install_cpu_mla_backend_choice
     from vllm_kimi_eagle.cpu_mla_verify import install_cpu_mla_verify
     from vllm_kimi_eagle.cpu_sampler import install_cpu_sampler
     from vllm_kimi_eagle.mla_detection import install_mla_detection
@@ -68,6 +69,7 @@ def register() -> None:
     # draft (both change nothing on builds with Triton, i.e. on GPUs).
     install_cpu_sampler()
     install_cpu_mla_verify()
+    install_cpu_mla_backend_choice()
     register_config_alias()
     install_mla_detection()
     install_speculative_hook(ours=ours)

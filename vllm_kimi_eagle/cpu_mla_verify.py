@@ -1,22 +1,24 @@
-"""vLLM's CPU MLA backend verifying draft tokens in its decode kernel, as GPU backends do.
+"""vLLM's CPU MLA backends verifying draft tokens in their decode kernels, as GPU backends do.
 
 vLLM's MLA attention splits a batch into decode requests (run by the backend's decode
-kernel over the latent KV cache, weight-absorbed) and prefill requests (non-absorbed
-attention over the decompressed context). A backend that can decode several query tokens
-per request (``query_len_support``) takes a request verifying k draft tokens as a decode of
-k+1 tokens; the GPU MLA backends do (FlashMLA, FlashAttention MLA, ...). The CPU backend
-(``cpu_mla.py``) says it can decode one token only, so every verification of draft tokens,
-and every first pass of the draft, runs the prefill path in every layer: the context
-decompressed through ``kv_b_proj`` and attended with SDPA, per step. On a deep target that
-makes speculation on a CPU far costlier than on a GPU.
+kernel over the latent KV cache, weight-absorbed) and prefill requests (attention over the
+new tokens and their context). A backend that can decode several query tokens per request
+(``query_len_support``) takes a request verifying k draft tokens as a decode of k+1
+tokens; the GPU MLA backends do (FlashMLA, FlashAttention MLA, ...). The CPU backends
+(``CPU_MLA``, and ``AMX_MLA`` on CPUs with AMX, ``vllm_compat.CPU_MLA_BACKENDS``) say they
+can decode one token only, so every verification of draft tokens, and every first pass of
+the draft, runs their prefill path in every layer (``CPU_MLA``: the context decompressed
+through ``kv_b_proj`` and attended with SDPA, per step). On a deep target that makes
+speculation on a CPU far costlier than on a GPU.
 
-Its decode kernel (``mla_decode_kvcache_cpu``) attends one query row over the first
-``seq_len`` cache entries of a block-table row. A request's k+1 verification tokens are k+1
-such rows, each with the sequence length up to itself: the causal mask of a multi-token
-decode, with the kernel as it is. The plugin gives the CPU backend a metadata builder that
-says so and writes those rows (``vllm_compat.CPU_MLA_BACKEND``). Numerics of every
-verified token are then those of a plain decode of that token. Without a speculative
-config nothing changes: vLLM then sends one query token per request to the decode kernel.
+Both decode kernels attend one query row over the first ``seq_len`` cache entries of a
+block-table row. A request's k+1 verification tokens are k+1 such rows, each with the
+sequence length up to itself: the causal mask of a multi-token decode, with the kernel as
+it is. The plugin gives each backend a metadata builder (a subclass of the backend's own)
+that says so and writes those rows. Numerics of every verified token's attention are then
+those of a plain decode of that token. Without a speculative config nothing changes: vLLM
+then sends one query token per request to the decode kernel. The builder logs one line
+when an engine with a draft uses it, naming the backend.
 ``VLLM_KIMI_EAGLE_CPU_MLA_VERIFY=0`` keeps vLLM's prefill path (to measure the difference).
 """
 
@@ -49,10 +51,16 @@ def decode_rows(query_start_loc, seq_lens):
     return rows, seq_lens.to(torch.long)[rows] - behind
 
 
-def builder_class(base, query_len_support, decode_metadata_cls):
-    """``base`` (vLLM's MLA metadata builder) able to decode several tokens per request."""
+def builder_class(base, query_len_support, decode_metadata_cls, backend_name: str):
+    """``base`` (the backend's MLA metadata builder) able to decode several tokens per
+    request."""
 
     class CPUMLAMultiTokenDecodeBuilder(base):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if getattr(self.vllm_config, "speculative_config", None) is not None:
+                _say_once(backend_name)
+
         def _build_decode(self, **arguments):  # vLLM passes them by name
             rows, seq_lens = decode_rows(
                 arguments["query_start_loc_cpu"].to(arguments["seq_lens_device"].device),
@@ -61,8 +69,18 @@ def builder_class(base, query_len_support, decode_metadata_cls):
                                        seq_lens=seq_lens, dcp_tot_seq_lens=None)
 
     CPUMLAMultiTokenDecodeBuilder.query_len_support = query_len_support
+    CPUMLAMultiTokenDecodeBuilder.__qualname__ = f"{base.__qualname__}MultiTokenDecode"
     setattr(CPUMLAMultiTokenDecodeBuilder, _MARK, True)
     return CPUMLAMultiTokenDecodeBuilder
+
+
+_said: set[str] = set()
+
+
+def _say_once(backend_name: str) -> None:
+    if backend_name not in _said:
+        _said.add(backend_name)
+        logger.info("vllm-kimi-eagle: %s", log_line(backend_name))
 
 
 def switched_on(environ=os.environ) -> bool:
@@ -74,43 +92,58 @@ def switched_on(environ=os.environ) -> bool:
     return value != "0"
 
 
-def install_cpu_mla_verify(environ=os.environ) -> str:
-    """Give vLLM's CPU MLA backend the multi-token decode builder: ``"replaced"``,
-    ``"already"``, ``"triton"`` (a GPU build: the CPU backend is not used), ``"off"``
-    (``SWITCH=0``) or ``"absent"`` (no CPU MLA backend in this vLLM, or not as read)."""
+def install_cpu_mla_verify(environ=os.environ) -> dict[str, str]:
+    """Give each CPU MLA backend the multi-token decode builder; per backend name,
+    ``"replaced"``, ``"already"``, ``"triton"`` (a GPU build: the CPU backends are not
+    used), ``"off"`` (``SWITCH=0``) or ``"absent"`` (no such backend in this vLLM, or not
+    as read)."""
+    names = [name for name, _ in vllm_compat.CPU_MLA_BACKENDS]
     if vllm_compat.has_triton():
-        return "triton"
+        return dict.fromkeys(names, "triton")
     if not switched_on(environ):
-        return "off"
-    backend_module, backend_name = vllm_compat.CPU_MLA_BACKEND
+        return dict.fromkeys(names, "off")
     common_module, builder_name, support_name, decode_name = vllm_compat.MLA_COMMON
     try:
-        backend = getattr(importlib.import_module(backend_module), backend_name)
         common = importlib.import_module(common_module)
         base = getattr(common, builder_name)
         varlen = getattr(common, support_name).VARLEN
         decode_metadata = getattr(common, decode_name)
     except (ImportError, AttributeError):
-        return "absent"
-    if getattr(backend.get_builder_cls(), _MARK, False):
-        return "already"
-    if backend.get_builder_cls() is not base:  # vLLM gave it a builder of its own
-        return "absent"
+        return dict.fromkeys(names, "absent")
     if not set(vllm_compat.MLA_BUILD_DECODE_ARGUMENTS) <= set(
             inspect.signature(base._build_decode).parameters):
+        return dict.fromkeys(names, "absent")
+    return {name: _install(location, name, base, varlen, decode_metadata)
+            for name, location in vllm_compat.CPU_MLA_BACKENDS}
+
+
+def _install(location, name, base, varlen, decode_metadata) -> str:
+    module_name, class_name = location
+    try:
+        backend = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError):
         return "absent"
-    builder = builder_class(base, varlen, decode_metadata)
-    backend.get_builder_cls = staticmethod(lambda: builder)
+    builder = backend.get_builder_cls()
+    if getattr(builder, _MARK, False):
+        return "already"
+    # Only a builder that decodes as vLLM's common one does (the rows are its input).
+    if not issubclass(builder, base) or builder._build_decode is not base._build_decode:
+        return "absent"
+    ours = builder_class(builder, varlen, decode_metadata, name)
+    backend.get_builder_cls = staticmethod(lambda: ours)
     return "replaced"
 
 
-def log_line(status: str) -> str | None:
-    """What a speculative config's log says about the builder (None: nothing to say)."""
-    if status in MENDED:
-        return ("vLLM's CPU MLA backend verifies draft tokens in its decode kernel (the "
-                "plugin's metadata builder), as vLLM's GPU MLA backends do; "
-                f"{SWITCH}=0 keeps vLLM's prefill path.")
-    if status == "off":
-        return (f"{SWITCH}=0: vLLM's CPU MLA backend verifies draft tokens through its "
-                "prefill path (the context decompressed in every layer, every step).")
-    return None
+def log_line(backend_name: str) -> str:
+    """What an engine with a draft logs when the builder serves ``backend_name``."""
+    return (f"vLLM's {backend_name} attention backend verifies draft tokens in its decode "
+            "kernel (the plugin's metadata builder), as vLLM's GPU MLA backends do; "
+            f"{SWITCH}=0 keeps vLLM's prefill path.")
+
+
+def off_line(environ=os.environ) -> str | None:
+    """What a speculative config's log says when the switch keeps vLLM's prefill path."""
+    if vllm_compat.has_triton() or switched_on(environ):
+        return None
+    return (f"{SWITCH}=0: vLLM's CPU MLA backends verify draft tokens through their "
+            "prefill path (every verification and first draft pass is a prefill).")

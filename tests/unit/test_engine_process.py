@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 import time
 
+import pytest
+
 from vllm_kimi_eagle.tools import engine_process
 
 CHILD = """
@@ -55,3 +57,51 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+# A session child that fails as vLLM's engine does: the real error logged by the engine
+# core, a generic one raised to the caller.
+FAILING_SESSION = """
+import sys
+from vllm_kimi_eagle.tools import engine_process
+def start(spec):
+    print("(EngineCore pid=7) ERROR 11-25 09:30:01 [core.py:1] RuntimeError: expect weight to "
+          "be bfloat16, float16, int8, fp8_e4m3 or uint8(mxfp4 or int4)", flush=True)
+    raise RuntimeError("Engine core initialization failed. See root cause above.")
+engine_process.run_child(start, sys.argv[1])
+"""
+
+
+def test_a_session_that_fails_names_the_engines_error(tmp_path):
+    """A session's error result carries its log and the engine's failing line, as run()'s
+    does, and a tool's message shows that line first (calibrate once ended in KeyError)."""
+    from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError
+    from vllm_kimi_eagle.tools.calibrate.capture import checked
+
+    log = str(tmp_path / "engine.log")
+    session = engine_process.Session([sys.executable, "-c", FAILING_SESSION, "{}"], log)
+    result = session.next_result(60)
+    session.close()
+    assert result["error"].startswith("RuntimeError: Engine core initialization failed")
+    assert result["log"] == log and "expect weight" in result["log_tail"]
+    assert result["cause"].startswith("RuntimeError: expect weight to be bfloat16")
+    with pytest.raises(CalibrationError) as err:
+        checked(result, "capture")
+    message = str(err.value)
+    assert message.startswith("the capture engine failed: RuntimeError: Engine core")
+    assert "the engine's log says: RuntimeError: expect weight to be bfloat16" in message
+    assert f"log {log} ends with" in message
+
+
+def test_a_server_error_names_the_engines_error(tmp_path):
+    from vllm_kimi_eagle.tools import vllm_server
+
+    log = tmp_path / "server.log"
+    log.write_text("INFO starting\n(EngineCore pid=7) ERROR [core.py:1] RuntimeError: expect "
+                   "weight to be bfloat16\nRuntimeError: Engine core initialization failed. "
+                   "See root cause above. Failed core proc(s): {}\n")
+    err = vllm_server.Server("http://127.0.0.1:1", str(log)).failed(
+        "exited with code 1 before it was ready")
+    first = str(err).splitlines()[0]
+    assert first == ("the vLLM server exited with code 1 before it was ready: RuntimeError: "
+                     "expect weight to be bfloat16")

@@ -81,6 +81,15 @@ def failure(message: str, log_path: str) -> dict:
     return result
 
 
+def failure_text(what: str, result: dict) -> str:
+    """An error result as a message: ``what`` failed, the engine's own failing line of its
+    log (where it says more than the error), then where the log is and its tail."""
+    cause = result.get("cause")
+    said = f"\nthe engine's log says: {cause}" if cause and cause not in result["error"] else ""
+    return (f"{what} failed: {result['error']}{said}\nlog {result.get('log', '(none)')} "
+            f"ends with:\n{result.get('log_tail', '(no log)')}")
+
+
 def run(command: list[str], log_path: str, env: dict | None = None,
         timeout: float = 3600) -> dict:
     """Run ``command`` with its output in ``log_path``; its last result, or an error result
@@ -103,7 +112,11 @@ def run(command: list[str], log_path: str, env: dict | None = None,
     if not found:
         return failure(f"exited with code {process.returncode} after "
                        f"{time.perf_counter() - started:.0f} s without a result", log_path)
-    result = found[-1]
+    return with_log(found[-1], log_path)
+
+
+def with_log(result: dict, log_path: str) -> dict:
+    """A child's result; an error result gets where the log is, its tail and its cause."""
     if "error" in result:
         result.update({k: v for k, v in failure(result["error"], log_path).items()
                        if k != "error"})
@@ -138,7 +151,7 @@ class Session:
             found = results_in(self.log_path)
             if len(found) > self._answered:
                 self._answered = len(found)
-                return found[-1]
+                return with_log(found[-1], self.log_path)
             if self.process.poll() is not None:
                 return self._failed(f"the engine process exited with code "
                                     f"{self.process.returncode} without answering")

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from vllm_kimi_eagle.tools import spec_metrics
+from vllm_kimi_eagle.tools.engine_process import last_error_line
 
 
 # Defaults for the servers' environment; a variable set by the user always wins.
@@ -117,6 +118,14 @@ class Server:
                 return "".join(f.readlines()[-lines:])
         except OSError:
             return "(no log)"
+
+    def failed(self, what: str) -> "ServerError":
+        """The error for a server that ``what`` (e.g. "exited with code 1 before it was
+        ready"): the engine's own failing line first, then where the log is and its tail."""
+        cause = last_error_line(self.log_path)
+        return ServerError(
+            f"the vLLM server {what}" + (f": {cause}" if cause else "")
+            + f"\nlog {self.log_path} ends with:\n{self.log_tail()}")
 
 
 def split_cpus(allowed: set[int], environ) -> tuple[set[int], set[int]] | None:
@@ -221,11 +230,9 @@ def running_server(
         except Exception as err:
             if server.process.poll() is None:
                 raise
-            raise ServerError(
-                f"the vLLM server exited with code {server.process.returncode} while it was "
-                f"in use ({type(err).__name__}: {str(err)[:300]}); log {server.log_path} "
-                f"ends with:\n{server.log_tail()}"
-            ) from err
+            raise server.failed(
+                f"exited with code {server.process.returncode} while it was in use "
+                f"({type(err).__name__}: {str(err)[:300]})") from err
     finally:
         _stop(server.process)
 
@@ -234,20 +241,16 @@ def _wait_healthy(server: Server, timeout: float) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         if server.process.poll() is not None:
-            raise ServerError(
-                f"the vLLM server exited with code {server.process.returncode} before it "
-                f"was ready; log {server.log_path} ends with:\n{server.log_tail()}"
-            )
+            raise server.failed(
+                f"exited with code {server.process.returncode} before it was ready")
         try:
             server.get("/health", timeout=5)
             return
         except (urllib.error.URLError, ConnectionError, OSError):
             time.sleep(1)
-    raise ServerError(
-        f"the vLLM server was not healthy after {timeout:.0f}s (a large model may need "
-        f"longer: raise the startup timeout, e.g. --startup-timeout 3600); log "
-        f"{server.log_path} ends with:\n{server.log_tail()}"
-    )
+    raise server.failed(
+        f"was not healthy after {timeout:.0f}s (a large model may need longer: raise the "
+        "startup timeout, e.g. --startup-timeout 3600)")
 
 
 def _stop(process: subprocess.Popen | None) -> None:

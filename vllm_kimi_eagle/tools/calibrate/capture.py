@@ -36,8 +36,7 @@ def engine_env() -> dict:
 
 def checked(result: dict, what: str) -> dict:
     if "error" in result:
-        raise CalibrationError(f"the {what} engine failed: {result['error']}\nlog "
-                               f"{result['log']} ends with:\n{result['log_tail']}")
+        raise CalibrationError(engine_process.failure_text(f"the {what} engine", result))
     return result
 
 
