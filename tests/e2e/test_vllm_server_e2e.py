@@ -46,3 +46,27 @@ def test_sixteen_concurrent_requests_match_the_same_requests_alone(tiny, tmp_pat
     assert counters.drafts > 0
     assert all(r["completion_tokens"] == 48 for r in together)
     assert [r["text"] for r in together] == alone
+
+
+def test_a_tool_whose_server_cannot_start_prints_the_engines_error(tiny, tmp_path):
+    """``demo`` on a models folder whose target vLLM refuses: one message that opens with
+    the line of vLLM's log naming the error, then the log's tail; exit 1, no traceback."""
+    import json
+    import shutil
+
+    from tests.helpers import run_cli
+
+    models = tmp_path / "models"
+    shutil.copytree(os.path.join(tiny, "target"), models / "target")
+    shutil.copy(os.path.join(tiny, "BUILT.json"), models / "BUILT.json")
+    config = json.loads((models / "target" / "config.json").read_text())
+    (models / "target" / "config.json").write_text(
+        json.dumps(dict(config, architectures=["KimiNoSuchForCausalLM"])))
+    done = run_cli("demo", "--models", str(models), "--target", "target", "--draft", "draft",
+                   "--out", str(tmp_path / "out"), timeout=600)
+    said = [line for line in done.stderr.splitlines() if line.startswith("vllm-kimi-eagle demo:")]
+    print(f"\n{said[:1]}")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert len(said) == 1 and "the vLLM server exited with code" in said[0]
+    assert "KimiNoSuchForCausalLM" in said[0]  # vLLM's own error line, in the first line

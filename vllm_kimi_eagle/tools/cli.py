@@ -31,8 +31,10 @@ def _demo(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; a model that cannot be found is one line on stderr and exit 2."""
+    """Run one command; a model that cannot be found is one line on stderr and exit 2, a
+    vLLM server that fails is the engine's error and its log's tail, exit 1."""
     from vllm_kimi_eagle.model_source import ModelNotFound
+    from vllm_kimi_eagle.tools.vllm_server import ServerError
 
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -40,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     except ModelNotFound as err:
         print(f"vllm-kimi-eagle {argv[0] if argv else ''}: {err}", file=sys.stderr)
         return 2
+    except ServerError as err:
+        print(f"vllm-kimi-eagle {argv[0] if argv else ''}: {err}", file=sys.stderr)
+        return 1
 
 
 # Commands with their own options: module with parse_args(argv) and main(argv).

@@ -53,14 +53,26 @@ def results_in(path: str) -> list[dict]:
 
 
 def last_error_line(path: str) -> str | None:
-    """The last line of the log that names an exception (what to show first)."""
+    """The last line of the log that names an exception (what to show first), with the
+    indented lines that continue it (pydantic's validation errors say what is wrong there)."""
     try:
         with open(path, errors="replace") as f:
-            found = [line.split("] ", 1)[-1] for line in f.read().splitlines()
-                     if "Error:" in line and "Engine core initialization failed" not in line]
+            lines = f.read().splitlines()
     except OSError:
         return None
-    return found[-1][-400:] if found else None
+    found = [i for i, line in enumerate(lines)
+             if "Error:" in line and "Engine core initialization failed" not in line]
+    if not found:
+        return None
+    text = [lines[found[-1]].split("] ", 1)[-1]]
+    for line in lines[found[-1] + 1:]:
+        if not line.startswith((" ", "\t")) or line.strip().startswith("For further information"):
+            break
+        text.append(line.strip())
+    return " ".join(text)[:ERROR_LINE_CHARS]
+
+
+ERROR_LINE_CHARS = 400
 
 
 def stop_group(process: subprocess.Popen) -> None:
