@@ -128,6 +128,21 @@ class Server:
             + f"\nlog {self.log_path} ends with:\n{self.log_tail()}")
 
 
+def logged_backends(log_path: str) -> list[str]:
+    """The attention backends a server's log says its engine chose, in order, once each."""
+    found: list[str] = []
+    try:
+        with open(log_path, errors="replace") as f:
+            for line in f:
+                name = line.split("Using ", 1)[1].split(" backend", 1)[0] \
+                    if "Using " in line and " backend" in line else None
+                if name and name.isupper() and name not in found:
+                    found.append(name)
+    except OSError:
+        pass
+    return found
+
+
 def split_cpus(allowed: set[int], environ) -> tuple[set[int], set[int]] | None:
     """(engine CPUs, front-end CPUs) for a CPU server measured alone: the last allowed
     CPU for its API server and the client, the others for its engine, the split vLLM's

@@ -10,6 +10,7 @@ from vllm_kimi_eagle.tools import vllm_server
 
 NONE, AA, PLUGIN, IN_TREE = "none", "none-aa", "plugin", "in-tree"
 NO_SHORTCUT, SCHEDULE_K0, SCHEDULE = "no-shortcut", "schedule-k0", "schedule"
+PREFILL_VERIFY = "prefill-verify"
 PLUGIN_ENV = {"VLLM_KIMI_EAGLE_DRAFT": "plugin"}
 # The k schedule that never drafts: what the mechanism costs by itself (see k_schedule.py).
 ALL_K0 = [[1, 1024, 0]]
@@ -36,6 +37,9 @@ CONFIGS = {
     IN_TREE: Config("vLLM's in-tree draft class", True, env={"VLLM_KIMI_EAGLE_DRAFT": "upstream"}),
     NO_SHORTCUT: Config("the plugin, greedy shortcut off", True,
                         spec_extra={"use_local_argmax_reduction": False}, env=PLUGIN_ENV),
+    PREFILL_VERIFY: Config("the plugin, draft tokens verified through the CPU MLA backend's "
+                           "prefill path (vLLM's own way on a CPU)", True,
+                           env={**PLUGIN_ENV, "VLLM_KIMI_EAGLE_CPU_MLA_VERIFY": "0"}),
     SCHEDULE_K0: Config("the plugin with a k schedule of 0 at every batch size", True,
                         spec_extra={"num_speculative_tokens_per_batch_size": ALL_K0},
                         env=PLUGIN_ENV, drafts=False),
