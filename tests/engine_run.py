@@ -5,6 +5,7 @@
                                  "max_tokens": 64, "num_speculative_tokens": 3,
                                  "capture_draft_io": false, "tensor_parallel_size": 1}'
 
+"attention_backend": "CPU_MLA" gives target and draft that backend (vLLM's own option).
 "mixed": [SamplingParams kwargs, ...] runs a second batch after the greedy one: the same
 greedy chats with these sampled requests beside them (prompts taken in turn), the greedy
 rows reported under "mixed"; "mixed_vllm_stand_in": [SamplingParams kwargs, ...] runs such
@@ -221,12 +222,16 @@ def main(spec: dict) -> dict:
     for key in ("trust_remote_code", "language_model_only"):
         if spec.get(key):
             kwargs[key] = True
+    if spec.get("attention_backend"):
+        kwargs["attention_backend"] = spec["attention_backend"]
     if spec.get("draft"):
         kwargs["speculative_config"] = {
             "method": "eagle3",
             "model": spec["draft"],
             "num_speculative_tokens": spec.get("num_speculative_tokens", 3),
         }
+        if spec.get("attention_backend"):
+            kwargs["speculative_config"]["attention_backend"] = spec["attention_backend"]
     started = time.time()
     llm = LLM(**kwargs)
     try:

@@ -199,6 +199,11 @@ def run_engine(spec: dict, env: dict | None = None, timeout: int = 900) -> dict:
 PROMPTS = corpus.demo_prompts(8)
 MAX_TOKENS = 64
 NO_PLUGIN = {"VLLM_PLUGINS": ""}
+# vLLM alone in float32 asks for CPU_MLA for target and draft, as a user must on a CPU with
+# AMX, where vLLM would otherwise pick AMX_MLA, which cannot load float32 weights (the
+# plugin does this itself, vllm_kimi_eagle/cpu_mla_backend.py). Elsewhere CPU_MLA is what
+# vLLM picks anyway, so the comparison with vLLM alone is the same on every machine.
+UPSTREAM_FLOAT32 = {"attention_backend": "CPU_MLA"}
 _ENGINES: dict = {}
 
 
@@ -212,6 +217,8 @@ def engine(tiny: str, draft: str | None, env: dict | None = None, **extra) -> di
     realistic draft (many rejections, many batch shapes) float32 keeps "lossless" a
     statement about speculation, not about rounding."""
     extra = {"dtype": "float32", **extra}
+    if env == NO_PLUGIN and extra["dtype"] == "float32":
+        extra = {**UPSTREAM_FLOAT32, **extra}
     key = (draft, json.dumps(env or {}, sort_keys=True), json.dumps(extra, sort_keys=True))
     if key not in _ENGINES:
         spec = {
