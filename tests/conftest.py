@@ -53,7 +53,8 @@ def tiny_models_line(folder: str) -> str:
     pinned = "pinned" if numerics.get("pinned") else f"NOT pinned ({numerics.get('not_pinned')})"
     return (f"tiny models: {folder}, builder v{built.get('builder_version')}, seed "
             f"{built.get('seed')}, content hash {built.get('content_hash')}, numerics {pinned} "
-            f"(torch {numerics.get('torch')}, transformers {numerics.get('transformers')})")
+            f"(torch {numerics.get('torch')}, transformers {numerics.get('transformers')}, "
+            f"built on {numerics.get('cpu', 'an unrecorded CPU')})")
 
 
 def pytest_report_header(config):
