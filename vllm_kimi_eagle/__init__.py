@@ -1,29 +1,12 @@
 """vllm-kimi-eagle: Kimi-K2.x EAGLE3 speculative decoding with MLA drafts, as a vLLM plugin.
 
 vLLM calls :func:`register` through the ``vllm.general_plugins`` entry point in every
-process it starts. It must stay cheap and idempotent and must not initialise CUDA: model
-classes are registered as lazy ``"module:Class"`` strings.
+process it starts. It must stay cheap and idempotent, must not initialise CUDA (model
+classes are registered as lazy ``"module:Class"`` strings) and must never raise.
 
-Environment variables:
-
-``VLLM_KIMI_EAGLE_DRAFT``
-    ``plugin`` (default): the MLA EAGLE3 draft architectures are served by this plugin's
-    class. ``upstream``: keep vLLM's in-tree class (config fixes stay on). To disable the
-    plugin entirely, set ``VLLM_PLUGINS=""`` (vLLM's own switch).
-``VLLM_KIMI_EAGLE_LAYER_IDS``
-    ``output-of`` / ``input-of`` / ``auto`` (default: the training tool recognised in
-    the config, else sglang's first-id-is-1 rule): how to read a draft's layer ids.
-``VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA``
-    unset (default): the draft's config.json rope base; a number: serve the draft with
-    that rope base instead (to check drafts trained with another base than written).
-``VLLM_KIMI_EAGLE_CPU_MLA_VERIFY``
-    ``1`` (default) / ``0``: on the CPU build, whether vLLM's MLA backend verifies draft
-    tokens in its decode kernel (the plugin's builder, as vLLM's GPU MLA backends do) or,
-    with ``0``, through its prefill path (see cpu_mla_verify.py).
-``VLLM_KIMI_EAGLE_GREEDY_SHORTCUT``
-    ``1`` (default) / ``0``: whether the plugin may turn on vLLM's
-    ``use_local_argmax_reduction`` for its draft class (never over a value the user set,
-    never where vLLM rejects it; see shortcut_policy.py).
+The environment variables it reads are listed, with their values and defaults, in
+``settings.py``; ``VLLM_KIMI_EAGLE=0`` turns the plugin off, other plugins staying loaded.
+What it changes in a process, with or without a draft, is in docs/troubleshooting.md.
 """
 
 from __future__ import annotations
@@ -37,21 +20,50 @@ _registered = False
 
 
 def register() -> None:
-    """Entry point of the ``vllm.general_plugins`` group (idempotent, no CUDA)."""
+    """Entry point of the ``vllm.general_plugins`` group: idempotent, no CUDA, and it never
+    raises (vLLM calls plugins without a try, in every process, servers without a draft
+    included). A variable it cannot read is an error line and its default; a failure
+    halfway is logged and everything already changed is undone."""
     global _registered
     if _registered:
         return
+    _registered = True
+    from vllm_kimi_eagle import patching, settings
+
+    for problem in settings.problems():
+        logger.error(problem)
+    if not settings.value(settings.PLUGIN):
+        logger.info("vllm-kimi-eagle: off (%s=0): the plugin changes nothing in this process.",
+                    settings.PLUGIN.name)
+        return
+    try:
+        changes = _install()
+    except Exception:
+        undone = patching.restore()
+        logger.exception(
+            "vllm-kimi-eagle: registering the plugin failed; the %d change(s) it had made are "
+            "undone and vLLM runs in this process as it would without the plugin. Please "
+            "report this with your vLLM version; %s=0 turns the plugin off.", undone,
+            settings.PLUGIN.name)
+        return
+    if changes:
+        logger.info("vllm-kimi-eagle %s loaded: %s; %s=0 turns it off.", __version__,
+                    "; ".join(changes), settings.PLUGIN.name)
+
+
+def _install() -> list[str]:
+    """Install what this vLLM release needs; what was changed, in words (the load line)."""
     from vllm_kimi_eagle import vllm_compat
 
     act, message = vllm_compat.support_verdict(vllm_compat.installed_vllm_version())
     if message:
         logger.warning(message)
     if not act:
-        _registered = True
-        return
+        return []
 
     from vllm import ModelRegistry
 
+    from vllm_kimi_eagle import patching
     from vllm_kimi_eagle.architectures import (
         DRAFT_CLASS,
         PLUGIN_DRAFT_ARCHITECTURES,
@@ -59,24 +71,37 @@ def register() -> None:
     )
     from vllm_kimi_eagle.config_alias import register_config_alias
     from vllm_kimi_eagle.cpu_mla_backend import install_cpu_mla_backend_choice
+    from vllm_kimi_eagle.cpu_mla_verify import MENDED as VERIFY_MENDED
     from vllm_kimi_eagle.cpu_mla_verify import install_cpu_mla_verify
+    from vllm_kimi_eagle.cpu_sampler import MENDED as SAMPLER_MENDED
     from vllm_kimi_eagle.cpu_sampler import install_cpu_sampler
     from vllm_kimi_eagle.mla_detection import install_mla_detection
     from vllm_kimi_eagle.speculative_hook import install_speculative_hook
 
     ours = draft_choice() == "plugin"
-    # Whichever draft class serves: the CPU sampler and MLA backend are vLLM's, for every
-    # draft (both change nothing on builds with Triton, i.e. on GPUs).
-    install_cpu_sampler()
-    install_cpu_mla_verify()
-    install_cpu_mla_backend_choice()
+    changes = []
+    # Whichever draft class serves: the CPU sampler and MLA backends are vLLM's, for every
+    # speculative method (all change nothing on builds with Triton, i.e. on GPUs).
+    if set(install_cpu_sampler().values()) & set(SAMPLER_MENDED):
+        changes.append("CPU rejection sampler mended (speculative decoding)")
+    if set(install_cpu_mla_verify().values()) & set(VERIFY_MENDED):
+        changes.append("CPU MLA backends verify draft tokens in their decode kernels")
+    if install_cpu_mla_backend_choice() == "installed":
+        changes.append("CPU MLA backend choice mended for models AMX_MLA cannot serve")
     register_config_alias()
     install_mla_detection()
     install_speculative_hook(ours=ours)
+    changes.append("kimi_k2 config alias and MLA detection; EAGLE3 layer ids resolved")
     if ours:
         from vllm_kimi_eagle.draft_config_override import install_draft_config_override
 
         install_draft_config_override()
         for architecture in sorted(PLUGIN_DRAFT_ARCHITECTURES):
+            patching.remember_item(ModelRegistry.models, architecture)
             ModelRegistry.register_model(architecture, DRAFT_CLASS)
-    _registered = True
+        changes.append(f"{', '.join(sorted(PLUGIN_DRAFT_ARCHITECTURES))} served by its "
+                       "draft class")
+    else:
+        changes.append("MLA EAGLE3 drafts served by vLLM's in-tree class (VLLM_KIMI_EAGLE_DRAFT"
+                       "=upstream)")
+    return changes

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 
-DRAFT_ENV = "VLLM_KIMI_EAGLE_DRAFT"
-DRAFT_CHOICES = ("plugin", "upstream")
+from vllm_kimi_eagle import settings
+
+DRAFT_ENV = settings.DRAFT.name
 # Draft architectures served by this plugin, and the class that serves them.
 DRAFT_CLASS = "vllm_kimi_eagle.draft_model:Eagle3DeepseekV2ForCausalLM"
 DRAFT_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
@@ -21,12 +22,6 @@ PLUGIN_DRAFT_ARCHITECTURES = frozenset(DRAFT_ARCHITECTURES + TOOL_DRAFT_ARCHITEC
 
 
 def draft_choice(environ=os.environ) -> str:
-    """Which draft class the user asked for through ``VLLM_KIMI_EAGLE_DRAFT``."""
-    value = environ.get(DRAFT_ENV, "plugin").strip().lower() or "plugin"
-    if value not in DRAFT_CHOICES:
-        raise ValueError(
-            f"environment variable {DRAFT_ENV}={environ.get(DRAFT_ENV)!r} is not one of "
-            f"{', '.join(DRAFT_CHOICES)}; set it to 'upstream' to keep vLLM's in-tree "
-            "draft class, or unset it to use this plugin's."
-        )
-    return value
+    """Which draft class the user asked for through ``VLLM_KIMI_EAGLE_DRAFT`` ("plugin"
+    where it is unset or cannot be read)."""
+    return settings.value(settings.DRAFT, environ)

@@ -16,6 +16,7 @@ import os
 from transformers import AutoConfig, DeepseekV3Config
 
 from vllm_kimi_eagle import vllm_compat
+from vllm_kimi_eagle.patching import set_item
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
@@ -81,4 +82,4 @@ def register_config_alias() -> None:
             err,
         )
         return
-    registry[MODEL_TYPE] = KimiK2Config
+    set_item(registry, MODEL_TYPE, KimiK2Config)

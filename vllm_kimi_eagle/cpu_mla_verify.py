@@ -29,11 +29,12 @@ import inspect
 import logging
 import os
 
-from vllm_kimi_eagle import vllm_compat
+from vllm_kimi_eagle import settings, vllm_compat
+from vllm_kimi_eagle.patching import replace_attribute
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 _MARK = "_vllm_kimi_eagle_cpu_mla_verify"
-SWITCH = "VLLM_KIMI_EAGLE_CPU_MLA_VERIFY"
+SWITCH = settings.CPU_MLA_VERIFY.name
 MENDED = ("replaced", "already")
 
 
@@ -84,12 +85,7 @@ def _say_once(backend_name: str) -> None:
 
 
 def switched_on(environ=os.environ) -> bool:
-    value = environ.get(SWITCH, "1").strip()
-    if value not in ("0", "1", ""):
-        raise ValueError(f"environment variable {SWITCH}={value!r} is not 0 or 1; unset it "
-                         "(draft tokens verified in the CPU MLA decode kernel) or set 0 "
-                         "(vLLM's prefill path).")
-    return value != "0"
+    return settings.value(settings.CPU_MLA_VERIFY, environ)
 
 
 def install_cpu_mla_verify(environ=os.environ) -> dict[str, str]:
@@ -130,7 +126,7 @@ def _install(location, name, base, varlen, decode_metadata) -> str:
     if not issubclass(builder, base) or builder._build_decode is not base._build_decode:
         return "absent"
     ours = builder_class(builder, varlen, decode_metadata, name)
-    backend.get_builder_cls = staticmethod(lambda: ours)
+    replace_attribute(backend, "get_builder_cls", staticmethod(lambda: ours))
     return "replaced"
 
 

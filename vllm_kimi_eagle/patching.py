@@ -1,4 +1,10 @@
-"""Wrapping a vLLM method in memory, once, with a clear warning when it is not there."""
+"""Every change the plugin makes to vLLM in memory, in one place, so that it can be undone.
+
+``wrap_method`` wraps a method once, with a clear warning when it is not there;
+``replace_attribute`` and ``set_item`` change an attribute or a registry entry. Each records
+what was there before, and ``restore()`` puts it all back (``register()`` calls it when it
+fails halfway, so that vLLM runs as it would without the plugin).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,53 @@ from collections.abc import Callable
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 _MARK = "_vllm_kimi_eagle_wrapped"
+_ABSENT = object()
+# (restore function, its argument) for each change, oldest first.
+_JOURNAL: list[tuple[Callable, tuple]] = []
+
+
+def replace_attribute(owner, name: str, value) -> None:
+    """``setattr(owner, name, value)``, journaled: restore() puts back what ``owner``
+    itself held (or removes the attribute, where it was inherited or absent)."""
+    previous = vars(owner).get(name, _ABSENT) if hasattr(owner, "__dict__") else \
+        getattr(owner, name, _ABSENT)
+    _JOURNAL.append((_put_back_attribute, (owner, name, previous)))
+    setattr(owner, name, value)
+
+
+def set_item(mapping, key, value) -> None:
+    """``mapping[key] = value``, journaled."""
+    _JOURNAL.append((_put_back_item, (mapping, key, mapping.get(key, _ABSENT))))
+    mapping[key] = value
+
+
+def remember_item(mapping, key) -> None:
+    """Journal ``mapping[key]`` as it is now, before a call of vLLM's changes it."""
+    _JOURNAL.append((_put_back_item, (mapping, key, mapping.get(key, _ABSENT))))
+
+
+def restore() -> int:
+    """Undo every journaled change, newest first; returns how many there were."""
+    undone = len(_JOURNAL)
+    while _JOURNAL:
+        put_back, arguments = _JOURNAL.pop()
+        put_back(*arguments)
+    return undone
+
+
+def _put_back_attribute(owner, name, previous) -> None:
+    if previous is _ABSENT:
+        if name in getattr(owner, "__dict__", {}):
+            delattr(owner, name)
+    else:
+        setattr(owner, name, previous)
+
+
+def _put_back_item(mapping, key, previous) -> None:
+    if previous is _ABSENT:
+        mapping.pop(key, None)
+    else:
+        mapping[key] = previous
 
 
 def wrap_method(
@@ -60,7 +113,7 @@ def wrap_method(
     wrapper.__doc__ = original.__doc__
     # A static or class method stays one: ``make_wrapper`` gets the plain function (for a
     # class method it takes the class first, as an instance method takes self).
-    setattr(owner, method, _KIND_WRAP[kind](wrapper))
+    replace_attribute(owner, method, _KIND_WRAP[kind](wrapper))
     return True
 
 

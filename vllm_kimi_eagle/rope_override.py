@@ -11,30 +11,18 @@ variable names another one, which lets a user measure acceptance both ways (e.g.
 
 from __future__ import annotations
 
-import math
 import os
 
+from vllm_kimi_eagle import settings
 from vllm_kimi_eagle.config_access import config_value
 
-ROPE_THETA_ENV = "VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA"
+ROPE_THETA_ENV = settings.DRAFT_ROPE_THETA.name
 
 
 def requested_rope_theta(environ=os.environ) -> float | None:
-    """The rope base asked for through the environment, or None (use config.json's)."""
-    value = (environ.get(ROPE_THETA_ENV) or "").strip()
-    if not value:
-        return None
-    try:
-        theta = float(value)
-    except ValueError:
-        theta = math.nan
-    if not math.isfinite(theta) or theta <= 0:
-        raise ValueError(
-            f"environment variable {ROPE_THETA_ENV}={value!r} is not a positive number; "
-            "set it to the rope base the draft was trained with (e.g. 10000), or unset it "
-            "to use the draft config's rope_theta."
-        )
-    return theta
+    """The rope base asked for through the environment, or None (use config.json's, also
+    where the value is not a positive number: register() logs that once)."""
+    return settings.value(settings.DRAFT_ROPE_THETA, environ)
 
 
 def config_rope_theta(config) -> float | None:

@@ -22,10 +22,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vllm_kimi_eagle import vllm_compat
+from vllm_kimi_eagle import settings, vllm_compat
 
 FLAG = "use_local_argmax_reduction"
-SHORTCUT_ENV = "VLLM_KIMI_EAGLE_GREEDY_SHORTCUT"
+SHORTCUT_ENV = settings.GREEDY_SHORTCUT.name
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,8 @@ class ShortcutDecision:
 
 
 def env_allows(environ: Mapping[str, str] = os.environ) -> bool:
-    """The shortcut may be turned on unless VLLM_KIMI_EAGLE_GREEDY_SHORTCUT=0."""
-    value = environ.get(SHORTCUT_ENV, "1").strip().lower()
-    return value not in ("0", "false", "off", "no")
+    """The shortcut may be turned on unless VLLM_KIMI_EAGLE_GREEDY_SHORTCUT is off."""
+    return settings.value(settings.GREEDY_SHORTCUT, environ)
 
 
 def conflict(settings: Mapping[str, object]) -> str | None:

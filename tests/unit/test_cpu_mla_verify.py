@@ -27,8 +27,8 @@ def test_single_token_queries_are_unchanged():
 def test_switch(monkeypatch):
     assert cpu_mla_verify.switched_on({}) and cpu_mla_verify.switched_on({cpu_mla_verify.SWITCH: "1"})
     assert not cpu_mla_verify.switched_on({cpu_mla_verify.SWITCH: "0"})
-    with pytest.raises(ValueError, match="VLLM_KIMI_EAGLE_CPU_MLA_VERIFY='yes' is not 0 or 1"):
-        cpu_mla_verify.switched_on({cpu_mla_verify.SWITCH: "yes"})
+    assert not cpu_mla_verify.switched_on({cpu_mla_verify.SWITCH: "off"})
+    assert cpu_mla_verify.switched_on({cpu_mla_verify.SWITCH: "maybe"})  # unreadable: default
     statuses = cpu_mla_verify.install_cpu_mla_verify({cpu_mla_verify.SWITCH: "0"})
     assert set(statuses.values()) <= {"off", "triton"}
 

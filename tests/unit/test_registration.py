@@ -19,11 +19,13 @@ def test_entry_point_is_installed():
     assert ours[0].load().__name__ == "register"
 
 
-def test_bad_draft_choice_names_the_variable():
+def test_bad_draft_choice_is_the_default_and_a_line_naming_the_variable():
+    from vllm_kimi_eagle import settings
     from vllm_kimi_eagle.architectures import draft_choice
 
-    with pytest.raises(ValueError, match="VLLM_KIMI_EAGLE_DRAFT='tree'.*upstream"):
-        draft_choice({"VLLM_KIMI_EAGLE_DRAFT": "tree"})
+    assert draft_choice({"VLLM_KIMI_EAGLE_DRAFT": "tree"}) == "plugin"
+    [line] = settings.problems({"VLLM_KIMI_EAGLE_DRAFT": "tree"})
+    assert "VLLM_KIMI_EAGLE_DRAFT='tree' is not plugin or upstream" in line
     assert draft_choice({}) == "plugin"
     assert draft_choice({"VLLM_KIMI_EAGLE_DRAFT": "UPSTREAM"}) == "upstream"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from vllm_kimi_eagle import checkpoint, model_source, rope_override, vllm_compat
+from vllm_kimi_eagle import checkpoint, model_source, rope_override, settings, vllm_compat
 from vllm_kimi_eagle.config_access import text_config_value
 from vllm_kimi_eagle.draft_report import draft_report
 from vllm_kimi_eagle.draft_source import draft_headers, is_local
@@ -83,11 +83,8 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
         },
         "problems": [],
     }
-    try:
-        theta = rope_override.requested_rope_theta(environ)
-    except ValueError as err:
-        theta = None
-        report["problems"].append(str(err))
+    report["problems"] += settings.problems(environ)
+    theta = rope_override.requested_rope_theta(environ)
     report["rope_theta"] = {"config": rope_override.config_rope_theta(config),
                             "served": theta or rope_override.config_rope_theta(config),
                             "override": theta is not None}
