@@ -1,22 +1,23 @@
-"""What the plugin does when vLLM builds a speculative config for an EAGLE3 draft.
+"""What the plugin does when vLLM builds a speculative config.
 
 Runs in the process that parses the arguments (API server, ``LLM(...)``), right after
-vLLM has read and wrapped the draft's config, before an engine starts or a weight loads:
+vLLM has read and wrapped the draft's config, before an engine starts or a weight loads.
+``on_speculative_config`` is the whole sequence:
 
-1. the draft's layer ids are resolved (``layer_ids.py``) and written to the draft
+1. for every speculative method, on the CPU build, one line says that vLLM's rejection
+   sampler is mended (``cpu_sampler.py``; register() installed it in every process);
+2. for EAGLE3 only: the draft's safetensors headers are read for the MLA drafts the
+   plugin knows (local folder, HF cache or hub metadata), for no other draft;
+3. the draft's layer ids are resolved (``layer_ids.py``) and written to the draft
    config's top-level ``eagle_aux_hidden_state_layer_ids``, the one place every vLLM
    runner reads, so the engine captures the layers the draft was trained on;
-2. with the plugin's draft class, the checkpoint (local folder, HF cache or hub
-   metadata: headers only) is checked against its config and every problem is listed
-   (the class checks again while loading), and vLLM's proposer is told to use the
-   class's greedy shortcut (``get_top_tokens``) unless the user set the switch or vLLM
-   rejects it (``shortcut_policy.py``);
-3. a k schedule (``num_speculative_tokens_per_batch_size``) that vLLM would refuse only
+4. a k schedule (``num_speculative_tokens_per_batch_size``) that vLLM would refuse only
    after loading the weights is refused;
-4. on the CPU build, one line says that vLLM's rejection sampler is mended (it would
-   corrupt greedy answers beside sampled requests or kill the engine, ``cpu_sampler.py``);
-   register() installed it in every process. How the MLA backend verifies draft tokens
-   is logged by the engine, once it knows its backend (``cpu_mla_verify.py``).
+5. with the plugin's draft class, the checkpoint is checked against its config (the class
+   checks again while loading), and vLLM's proposer is told to use the class's greedy
+   shortcut unless the user set the switch or vLLM rejects it (``shortcut_policy.py``).
+How the MLA backend verifies draft tokens is logged by the engine, once it knows its
+backend (``cpu_mla_verify.py``).
 """
 
 from __future__ import annotations
@@ -65,11 +66,25 @@ def _headers(draft) -> DraftHeaders:
     return _cached_headers(draft.model, getattr(draft, "revision", None))
 
 
-def report_for(spec_config) -> tuple[DraftReport, DraftHeaders]:
+def is_mla_draft(spec_config) -> bool:
+    """The draft's architecture is one of the MLA EAGLE3 drafts the plugin knows."""
+    return bool(PLUGIN_DRAFT_ARCHITECTURES
+                & set(spec_config.draft_model_config.architectures or ()))
+
+
+def headers_for(spec_config) -> DraftHeaders:
+    """The draft's safetensors headers, read only for the MLA drafts the plugin knows
+    (their layer prefix tells the training tool; their tensors are checked): nothing is
+    read, locally or from the hub, for any other draft."""
+    if not is_mla_draft(spec_config):
+        return DraftHeaders(None, "not read: not an MLA EAGLE3 draft")
+    return _headers(spec_config.draft_model_config)
+
+
+def report_for(spec_config, headers: DraftHeaders) -> DraftReport:
     """What vLLM will make of this draft: the report ``inspect`` prints, from the configs
-    vLLM has read and the draft's headers (local folder, HF cache or hub metadata)."""
+    vLLM has read and the draft's headers."""
     draft, target = spec_config.draft_model_config, spec_config.target_model_config
-    headers = _headers(draft)
     report = draft_report(
         draft.hf_config,
         headers.tensors,
@@ -79,7 +94,7 @@ def report_for(spec_config) -> tuple[DraftReport, DraftHeaders]:
         target_vocab=target.get_vocab_size(),
         can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
     )
-    return report, headers
+    return report
 
 
 def handles_layer_ids(spec_config) -> bool:
@@ -114,8 +129,6 @@ def check_checkpoint(spec_config, report: DraftReport, headers: DraftHeaders) ->
     log line, and the draft class still checks every tensor while loading.
     """
     draft = spec_config.draft_model_config
-    if not PLUGIN_DRAFT_ARCHITECTURES & set(draft.architectures or ()):
-        return
     if report.config_error is not None:
         raise report.config_error
     if headers.tensors is None:
@@ -142,8 +155,6 @@ def apply_greedy_shortcut(spec_config) -> None:
     """
     if not hasattr(spec_config, FLAG):
         return  # this vLLM has no local-argmax switch
-    if not PLUGIN_DRAFT_ARCHITECTURES & set(spec_config.draft_model_config.architectures or ()):
-        return
     settings = {name: getattr(spec_config, name, None)
                 for name in (FLAG, *(c[0] for c in vllm_compat.LOCAL_ARGMAX_CONFLICTS))}
     decision = shortcut_policy.decide(settings, _USER_GIVEN.get())
@@ -177,22 +188,33 @@ def check_schedule(spec_config) -> None:
                        "vLLM drafts %d tokens there.", SCHEDULE_FIELD, above, k, k)
 
 
-def on_speculative_config(spec_config, ours: bool) -> None:
-    """Everything the plugin does to a freshly built SpeculativeConfig."""
-    if getattr(spec_config, "method", None) != "eagle3":
-        return
-    if spec_config.draft_model_config is None or spec_config.target_model_config is None:
-        return
-    layer_ids = handles_layer_ids(spec_config)
-    if layer_ids or ours:  # the headers may cost a request to the hub: only when used
-        report, headers = report_for(spec_config)
-    if layer_ids:
-        apply_layer_ids(spec_config, report)
-    check_schedule(spec_config)
+def announce_cpu_mends() -> None:
+    """On the CPU build, say what the plugin mended for verification: the rejection
+    sampler, for every speculative method (EAGLE, MTP, ngram, draft models all verify
+    through it), and where the MLA backends' prefill path was asked for."""
     for line in (cpu_sampler.log_line(cpu_sampler.install_cpu_sampler()),
                  cpu_mla_verify.off_line()):
         if line:
             logger.info("vllm-kimi-eagle: %s", line)
+
+
+def is_eagle3(spec_config) -> bool:
+    return (getattr(spec_config, "method", None) == "eagle3"
+            and spec_config.draft_model_config is not None
+            and spec_config.target_model_config is not None)
+
+
+def on_speculative_config(spec_config, ours: bool) -> None:
+    """Everything the plugin does to a freshly built SpeculativeConfig, in order."""
+    announce_cpu_mends()
+    if not is_eagle3(spec_config):
+        return
+    ours = ours and is_mla_draft(spec_config)  # served by the plugin's class
+    headers = headers_for(spec_config)
+    report = report_for(spec_config, headers)
+    if handles_layer_ids(spec_config):
+        apply_layer_ids(spec_config, report)
+    check_schedule(spec_config)
     if ours:
         check_checkpoint(spec_config, report, headers)
         apply_greedy_shortcut(spec_config)

@@ -1,0 +1,49 @@
+"""What the plugin does outside its own path, at config level (fresh processes): nothing is
+read for an EAGLE3 draft that is not an MLA draft, and the CPU sampler mend is announced
+for every speculative method it serves. (Served side by side with vLLM alone:
+tests/e2e/test_scope_e2e.py.)"""
+
+from __future__ import annotations
+
+from tests.helpers import run_python, write_config_only_models
+
+LLAMA_DRAFT = {"model_type": "llama", "architectures": ["LlamaForCausalLMEagle3"],
+               "kv_lora_rank": None, "q_lora_rank": None, "head_dim": 64}
+
+COUNT_HEADER_READS = """
+import json
+import vllm_kimi_eagle.speculative_hook as hook
+reads = []
+original = hook._cached_headers.__wrapped__
+def counted(model, revision):
+    reads.append(model)
+    return original(model, revision)
+hook._cached_headers = counted
+from vllm.engine.arg_utils import EngineArgs
+config = EngineArgs(model={target!r}, max_model_len=256, speculative_config={spec!r}
+                    ).create_engine_config()
+print(json.dumps({{"reads": reads}}))
+"""
+
+
+def header_reads(target: str, spec: dict) -> dict:
+    return run_python(COUNT_HEADER_READS.format(target=target, spec=spec))
+
+
+def test_headers_are_read_for_mla_drafts_only(tmp_path):
+    target, mla = write_config_only_models(str(tmp_path / "mla"))
+    _, llama = write_config_only_models(str(tmp_path / "llama"), draft_overrides=LLAMA_DRAFT)
+    spec = {"method": "eagle3", "num_speculative_tokens": 3}
+    assert header_reads(target, {**spec, "model": mla})["reads"] == [mla]
+    llama_run = header_reads(target, {**spec, "model": llama})
+    assert llama_run["reads"] == []
+    # The layer ids are still resolved for it (a Kimi target), from its config alone.
+    assert "vllm-kimi-eagle: draft ids" in llama_run["_log"]
+
+
+def test_the_cpu_sampler_mend_is_announced_for_every_method(tmp_path):
+    target, _ = write_config_only_models(str(tmp_path))
+    ngram = header_reads(target, {"method": "ngram", "num_speculative_tokens": 3,
+                                  "prompt_lookup_max": 3})
+    assert ngram["reads"] == []
+    assert "vLLM's CPU rejection sampler is mended by the plugin" in ngram["_log"]
