@@ -6,6 +6,8 @@
                                  "capture_draft_io": false, "tensor_parallel_size": 1}'
 
 "attention_backend": "CPU_MLA" gives target and draft that backend (vLLM's own option).
+"speculative_config": {...} serves that speculative config (e.g. ngram) instead of the
+EAGLE3 one that "draft" makes.
 "mixed": [SamplingParams kwargs, ...] runs a second batch after the greedy one: the same
 greedy chats with these sampled requests beside them (prompts taken in turn), the greedy
 rows reported under "mixed"; "mixed_vllm_stand_in": [SamplingParams kwargs, ...] runs such
@@ -232,6 +234,8 @@ def main(spec: dict) -> dict:
         }
         if spec.get("attention_backend"):
             kwargs["speculative_config"]["attention_backend"] = spec["attention_backend"]
+    if spec.get("speculative_config"):
+        kwargs["speculative_config"] = spec["speculative_config"]
     started = time.time()
     llm = LLM(**kwargs)
     try:
