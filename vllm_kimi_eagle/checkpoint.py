@@ -20,6 +20,7 @@ from vllm_kimi_eagle.draft_spec import (
     SHAREABLE_TENSORS,
     DraftSpec,
     canonical_name,
+    expected_dtype,
     expected_tensors,
 )
 
@@ -39,6 +40,16 @@ class TensorInfo:
 
 # safetensors dtype names of integer tensors (d2t holds integer offsets).
 INTEGER_DTYPES = frozenset({"I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64"})
+# torch's names of the dtypes safetensors writes, for tensors met while loading.
+TORCH_DTYPES = {"float32": "F32", "float16": "F16", "bfloat16": "BF16", "float64": "F64",
+                "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "int8": "I8",
+                "int16": "I16", "int32": "I32", "int64": "I64", "uint8": "U8", "bool": "BOOL"}
+
+
+def dtype_name(dtype) -> str:
+    """A safetensors dtype name, for a safetensors name or a torch dtype."""
+    text = str(dtype).removeprefix("torch.")
+    return TORCH_DTYPES.get(text, text.upper())
 
 
 def read_safetensors_header(path: str) -> dict[str, TensorInfo]:
@@ -132,7 +143,7 @@ def tensor_problem(
     canonical = canonical_name(name)
     if canonical in IGNORED_TENSORS:
         return None
-    if canonical == "d2t" and dtype is not None and dtype.upper() not in INTEGER_DTYPES:
+    if canonical == "d2t" and dtype is not None and dtype_name(dtype) not in INTEGER_DTYPES:
         return (
             f"tensor {name!r} has dtype {dtype}; d2t holds integer offsets (target id = "
             "draft id + d2t) and a float d2t maps draft tokens to the wrong target ids. "
@@ -151,7 +162,16 @@ def tensor_problem(
             f"tensor {name!r} has shape {list(shape)}, expected "
             f"{list(expected[canonical])} from config.json; the checkpoint and its "
             "config disagree (hidden_size, target_hidden_size, number of aux layer ids, "
-            "MLA dims or draft_vocab_size)."
+            "MLA dims, draft_vocab_size or quantization block size)."
+        )
+    wanted = expected_dtype(spec, canonical)
+    if wanted is not None and dtype is not None and dtype_name(dtype) != wanted:
+        return (
+            f"tensor {name!r} has dtype {dtype_name(dtype)}, but config.json's "
+            f"quantization_config makes every Linear layer of the draft {wanted} (vLLM "
+            "quantizes all of them: an ignore list names vLLM's modules, never the draft's), "
+            "so it would be cast without a scale and compute garbage. Quantize it like the "
+            "others, or serve the unquantized draft."
         )
     return None
 

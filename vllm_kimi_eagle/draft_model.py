@@ -305,7 +305,8 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
             canonical = canonical_name(raw_name)
             if canonical in IGNORED_TENSORS:
                 continue
-            problem = checkpoint.tensor_problem(self.spec, raw_name, tuple(tensor.shape))
+            problem = checkpoint.tensor_problem(self.spec, raw_name, tuple(tensor.shape),
+                                                tensor.dtype)
             if problem:
                 problems.append(f"{self._where(raw_name)}: {problem}")
                 continue

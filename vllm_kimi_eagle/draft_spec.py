@@ -11,6 +11,12 @@ from dataclasses import dataclass
 
 from vllm_kimi_eagle.config_access import config_value
 from vllm_kimi_eagle.layer_ids import written_ids
+from vllm_kimi_eagle.quantization import (
+    Quantization,
+    QuantizationConfigError,
+    quantization_from_config,
+    scale_tensors,
+)
 
 # Layer prefixes found in the field: `midlayer.` (training output) and `layers.0.`
 # (exports). Tensor names below are written with the canonical `layers.0.`.
@@ -48,6 +54,7 @@ class DraftSpec:
     fc_norm: bool
     norm_output: bool
     norm_before_residual: bool
+    quantization: Quantization | None = None
 
     @property
     def pruned_vocab(self) -> bool:
@@ -73,6 +80,10 @@ def spec_from_config(config, source: str = "the draft config") -> DraftSpec:
         len(ids) if ids else DEFAULT_NUM_AUX
     )
     q_lora = config_value(config, "q_lora_rank")
+    try:
+        quantization = quantization_from_config(config, source)
+    except QuantizationConfigError as err:
+        raise DraftConfigError(str(err)) from None
     return DraftSpec(
         hidden_size=hidden,
         target_hidden_size=int(config_value(config, "target_hidden_size") or hidden),
@@ -90,6 +101,7 @@ def spec_from_config(config, source: str = "the draft config") -> DraftSpec:
         fc_norm=bool(config_value(config, "fc_norm") or config_value(config, "use_aux_norm")),
         norm_output=bool(config_value(config, "norm_output")),
         norm_before_residual=bool(config_value(config, "norm_before_residual")),
+        quantization=quantization,
     )
 
 
@@ -129,7 +141,36 @@ def expected_tensors(spec: DraftSpec) -> dict[str, tuple[int, ...]]:
     # d2t: required with a pruned vocabulary; a full-vocabulary draft may carry the
     # identity (all zeros), as TorchSpec and SpecForge write it. Values are checked at load.
     tensors["d2t"] = (spec.draft_vocab_size,)
+    if spec.quantization is not None:
+        for name in linear_weights(spec):
+            tensors.update(scale_tensors(spec.quantization, name, tensors[name]))
     return tensors
+
+
+# The draft's Linear layers, which vLLM builds with the draft's quantization (every one:
+# the names in a quantization_config's ignore list are vLLM's module names, which never
+# match the draft's); embed_tokens and lm_head are never quantized.
+LINEAR_WEIGHTS = ("fc.weight",) + tuple(
+    LAYER + part for part in (
+        "self_attn.q_proj.weight", "self_attn.q_a_proj.weight", "self_attn.q_b_proj.weight",
+        "self_attn.kv_a_proj_with_mqa.weight", "self_attn.kv_b_proj.weight",
+        "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+        "mlp.down_proj.weight"))
+
+
+def linear_weights(spec: DraftSpec) -> list[str]:
+    """The Linear weights this draft holds (q_proj, or q_a_proj and q_b_proj)."""
+    without = (LAYER + "self_attn.q_proj.weight" if spec.q_lora_rank is not None else
+               (LAYER + "self_attn.q_a_proj.weight", LAYER + "self_attn.q_b_proj.weight"))
+    return [name for name in LINEAR_WEIGHTS if name not in without]
+
+
+def expected_dtype(spec: DraftSpec, canonical: str) -> str | None:
+    """The safetensors dtype a tensor must have, where one is required (the quantized
+    weights: a float weight there would be cast without its scale)."""
+    if spec.quantization is not None and canonical in linear_weights(spec):
+        return spec.quantization.weight_dtype
+    return None
 
 
 def canonical_name(name: str) -> str:

@@ -14,7 +14,8 @@ vLLM has read and wrapped the draft's config, before an engine starts or a weigh
 4. a k schedule (``num_speculative_tokens_per_batch_size``) that vLLM would refuse only
    after loading the weights is refused;
 5. with the plugin's draft class, the checkpoint is checked against its config (the class
-   checks again while loading), and vLLM's proposer is told to use the class's greedy
+   checks again while loading), a quantized draft this platform would not serve right is
+   refused (``quantization.py``), and vLLM's proposer is told to use the class's greedy
    shortcut unless the user set the switch or vLLM rejects it (``shortcut_policy.py``).
 How the MLA backend verifies draft tokens is logged by the engine, once it knows its
 backend (``cpu_mla_verify.py``).
@@ -33,6 +34,7 @@ from vllm_kimi_eagle import (
     checkpoint,
     cpu_mla_verify,
     cpu_sampler,
+    quantization,
     shortcut_policy,
     vllm_compat,
 )
@@ -147,6 +149,34 @@ def check_checkpoint(spec_config, report: DraftReport, headers: DraftHeaders) ->
                 "(headers from the %s): no problem.", draft.model, headers.where)
 
 
+class QuantizedDraftError(ValueError):
+    """A quantized draft vLLM would not serve right on this platform."""
+
+
+def check_quantization(spec_config, report: DraftReport) -> None:
+    """Refuse, in one line naming the scheme, the platform and what to do, a quantized
+    draft vLLM would fail to load or serve wrong here (``quantization.serving_problem``)."""
+    from vllm.platforms import current_platform
+
+    from vllm_kimi_eagle.cpu_mla_backend import amx_available
+
+    spec = report.spec
+    if spec is None or spec.quantization is None:
+        return
+    draft = spec_config.draft_model_config
+    on_cpu = bool(current_platform.is_cpu())
+    problem = quantization.serving_problem(
+        spec.quantization, spec.q_lora_rank, on_cpu=on_cpu, amx=on_cpu and amx_available(),
+        dtype=str(draft.dtype).removeprefix("torch."))
+    if problem:
+        platform = "vLLM's CPU build" if on_cpu else f"vLLM on {current_platform.device_name}"
+        raise QuantizedDraftError(f"the quantized draft {draft.model} cannot be served right "
+                                  f"on {platform}: {problem}.")
+    logger.info("vllm-kimi-eagle: draft %s is %s; its scales are checked and loaded by the "
+                "plugin's class.", draft.model,
+                quantization.SCHEMES[spec.quantization.scheme]["words"])
+
+
 def apply_greedy_shortcut(spec_config) -> None:
     """Let vLLM's proposer call our draft's get_top_tokens where nothing forbids it.
 
@@ -217,6 +247,7 @@ def on_speculative_config(spec_config, ours: bool) -> None:
     check_schedule(spec_config)
     if ours:
         check_checkpoint(spec_config, report, headers)
+        check_quantization(spec_config, report)
         apply_greedy_shortcut(spec_config)
 
 

