@@ -41,6 +41,8 @@ def test_matrix_covers_runners_drafts_classes_and_settings():
         assert cases[f"{runner}/draft/plugin-probabilistic"].shortcut == SHORTCUT_PROBABILISTIC
         assert cases[f"{runner}/draft/plugin-user-false"].shortcut == SHORTCUT_USER
     assert not any(c.tensor_parallel > 1 for c in cases.values())
+    fp8 = cases["default/draft-fp8-block/plugin"]
+    assert fp8.in_tree_twin == "default/draft-fp8-block/in-tree" and fp8.draft == "draft-fp8-block"
     two = [c for c in matrix(gpus=2) if c.tensor_parallel == 2]
     assert {c.draft_class for c in two} == {None, PLUGIN, IN_TREE}
 

@@ -15,7 +15,7 @@ from vllm_kimi_eagle import vllm_compat
 from vllm_kimi_eagle.tools import engine_process, vllm_server
 from vllm_kimi_eagle.tools.bench_e2e.grid import BenchError
 from vllm_kimi_eagle.tools.gpu_check import __doc__ as DESCRIPTION
-from vllm_kimi_eagle.tools.gpu_check.matrix import BASE, Case, matrix
+from vllm_kimi_eagle.tools.gpu_check.matrix import BASE, QUANTIZED, Case, matrix
 from vllm_kimi_eagle.tools.gpu_check.verdicts import (
     Check,
     case_checks,
@@ -163,6 +163,16 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+def write_quantized(models: str) -> None:
+    """The quantized copies of the base draft the matrix serves (derived data, seconds)."""
+    from vllm_kimi_eagle.fixtures.quantized import write_quantized_draft
+
+    for folder, (scheme, block) in QUANTIZED.items():
+        if not os.path.exists(os.path.join(models, folder, "model.safetensors")):
+            write_quantized_draft(os.path.join(models, BASE), os.path.join(models, folder),
+                                  scheme, block)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     problem = None if args.allow_cpu else cuda_problem()
@@ -174,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     from vllm_kimi_eagle.fixtures.cache import build_summary, ensure_tiny_models
 
     models = ensure_tiny_models(args.models)
+    write_quantized(models)
     problem = None if args.allow_cpu else head_dims_problem(models)
     if problem:
         print(f"vllm-kimi-eagle gpu-check: {problem}", file=sys.stderr)

@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from vllm_kimi_eagle import vllm_compat
 
 BASE, EAGLE31 = "draft", "draft-eagle3.1"
+# Quantized copies of the base draft gpu-check writes next to the tiny models (folder ->
+# scheme and block of fixtures/quantized.py): vLLM's GPU FP8 kernels, both classes.
+FP8 = "draft-fp8-block"
+QUANTIZED = {FP8: ("fp8-block", (64, 128))}
 PLUGIN, IN_TREE = "plugin", "in-tree"
 # What the plugin's one INFO line about vLLM's use_local_argmax_reduction must say.
 SHORTCUT_ON = "is on, turned on by the plugin"
@@ -73,11 +77,19 @@ def runner_group(runner: str, tensor_parallel: int = 1, full: bool = True) -> li
     return cases
 
 
+def quantized_group() -> list[Case]:
+    """Both classes on the block-FP8 copy of the base draft, with the runner vLLM picks."""
+    theirs = f"default/{FP8}/in-tree"
+    return [Case(f"default/{FP8}/plugin", "default", FP8, PLUGIN, shortcut=SHORTCUT_ON,
+                 no_draft="default/none", in_tree_twin=theirs),
+            Case(theirs, "default", FP8, IN_TREE, no_draft="default/none")]
+
+
 def matrix(gpus: int) -> list[Case]:
-    """Every case: the runner vLLM picks (no draft, both classes on the base draft), a
-    full group with each runner forced, and with two GPUs the same three cases as the
-    first at tensor parallel 2."""
-    cases = runner_group("default", full=False)
+    """Every case: the runner vLLM picks (no draft, both classes on the base draft and on
+    its block-FP8 copy), a full group with each runner forced, and with two GPUs the same
+    three cases as the first at tensor parallel 2."""
+    cases = runner_group("default", full=False) + quantized_group()
     cases += [case for runner in vllm_compat.RUNNER_VALUES for case in runner_group(runner)]
     if gpus >= 2:
         cases += runner_group("default", tensor_parallel=2, full=False)
