@@ -13,6 +13,12 @@ def config_value(config, key, default=None):
     return getattr(config, key, default)
 
 
+def eagle_config(config) -> Mapping:
+    """A draft config's nested ``eagle_config`` (an empty mapping where it has none)."""
+    nested = config_value(config, "eagle_config") or {}
+    return nested if isinstance(nested, Mapping) else {}
+
+
 def text_config_value(config, key, default=None):
     """``key`` of a target config, looked up in its ``text_config`` when the top level
     lacks it (multimodal Kimi-K2.5/K2.6 keep the language model's fields there)."""

@@ -3,7 +3,8 @@
 One DeepSeek-style decoder layer (MLA attention over ``[embed, hidden]`` of width
 2·hidden, dense MLP) fed by ``fc`` over the target's captured hidden states. The forward
 step is written down in ``reference.py`` (the pure-PyTorch twin used for training and as
-the numerical oracle); this module is the same math on vLLM's building blocks.
+the numerical oracle); this module is the same math on vLLM's building blocks, with every
+option the draft spec reads (Kimi-K3's NoPE and output gate, the eagle_config norm flags).
 
 Checkpoints load without conversion and strictly: see ``checkpoint.py``.
 
@@ -12,6 +13,7 @@ the forward's real annotations to find its dynamic arguments.
 """
 
 
+import copy
 import logging
 from collections.abc import Iterable
 
@@ -50,6 +52,20 @@ STACKED_PARAMS = {
 }
 # Canonical names that do not live under `model.` in this module.
 TOP_LEVEL_PARAMS = {"lm_head.weight": "lm_head.weight", "d2t": "draft_id_to_target_id"}
+# Checkpoint tensors that live elsewhere in vLLM's modules: canonical part -> vLLM part.
+MOVED_PARAMS = {"self_attn.g_proj.": "self_attn.mla_attn.g_proj."}
+
+
+def attention_config(config, spec: DraftSpec):
+    """The config vLLM's MLA attention is built from: the draft's, and for a NoPE draft a
+    copy with plain rope parameters, so that its softmax scale is 1/sqrt(d) without
+    yarn's mscale (its rotary embedding is then removed)."""
+    if not spec.nope:
+        return config
+    plain = copy.copy(config)
+    theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+    plain.rope_parameters = {"rope_type": "default", "rope_theta": theta}
+    return plain
 
 
 class Eagle3MLADecoderLayer(nn.Module):
@@ -62,7 +78,7 @@ class Eagle3MLADecoderLayer(nn.Module):
         self.norm_before_residual = spec.norm_before_residual
         self.self_attn = DeepseekV2MLAAttention(
             vllm_config=vllm_config,
-            config=config,
+            config=attention_config(config, spec),
             hidden_size=h,
             num_heads=spec.num_heads,
             qk_nope_head_dim=spec.qk_nope_head_dim,
@@ -76,6 +92,12 @@ class Eagle3MLADecoderLayer(nn.Module):
             prefix=f"{prefix}.self_attn",
             input_size=2 * h,
         )
+        if spec.nope:  # Kimi-K3: the rope dims are attended unrotated
+            self.self_attn.mla_attn.rotary_emb = None
+        if spec.output_gate:  # attention output x sigmoid(g_proj(attention input))
+            self.self_attn.mla_attn.g_proj = ReplicatedLinear(
+                2 * h, spec.num_heads * spec.v_head_dim, bias=False,
+                quant_config=quant_config, prefix=f"{prefix}.self_attn.g_proj")
         self.mlp = DeepseekV2MLP(
             hidden_size=h,
             intermediate_size=spec.intermediate_size,
@@ -84,7 +106,7 @@ class Eagle3MLADecoderLayer(nn.Module):
             prefix=f"{prefix}.mlp",
         )
         self.input_layernorm = RMSNorm(h, eps=eps)
-        self.hidden_norm = RMSNorm(h, eps=eps)
+        self.hidden_norm = RMSNorm(h, eps=eps) if spec.hidden_norm else nn.Identity()
         self.post_attention_layernorm = RMSNorm(h, eps=eps)
 
     def forward(self, positions, embeds, hidden_states):
@@ -136,7 +158,7 @@ class Eagle3MLAModel(nn.Module):
             if spec.fc_norm
             else None
         )
-        self.norm = RMSNorm(spec.hidden_size, eps=spec.rms_norm_eps)
+        self.norm = RMSNorm(spec.hidden_size, eps=spec.rms_norm_eps) if spec.final_norm else None
 
     def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.embed_tokens(input_ids)
@@ -151,7 +173,10 @@ class Eagle3MLAModel(nn.Module):
         if input_embeds is None:
             input_embeds = self.embed_input_ids(input_ids)
         mlp_out, residual = self.layers[0](positions, input_embeds, hidden_states)
-        out, prenorm = self.norm(mlp_out, residual)
+        if self.norm is None:  # eagle_config.use_last_layernorm false: no final norm
+            out = prenorm = mlp_out + residual
+        else:
+            out, prenorm = self.norm(mlp_out, residual)
         return out, (out if self.spec.norm_output else prenorm)
 
 
@@ -212,8 +237,9 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         self.d2t_increasing = True  # set from the loaded d2t
         logger.info(
             "vllm-kimi-eagle: serving the draft %s with the plugin's class "
-            "(fc_norm %s, norm_output %s, norm_before_residual %s, draft vocabulary %d)",
-            self.draft_path, spec.fc_norm, spec.norm_output, spec.norm_before_residual,
+            "(fc_norm %s, norm_output %s, norm_before_residual %s, %s, output gate %s, "
+            "draft vocabulary %d)", self.draft_path, spec.fc_norm, spec.norm_output,
+            spec.norm_before_residual, "NoPE" if spec.nope else "RoPE", spec.output_gate,
             spec.draft_vocab_size)
 
     def embed_input_ids(self, input_ids: torch.Tensor, *args, **kwargs) -> torch.Tensor:
@@ -295,6 +321,9 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
             for source, (dest, shard) in STACKED_PARAMS.items():
                 if part.startswith(source + ".") and f"model.layers.0.{dest}.weight" in params:
                     return f"model.layers.0.{dest}" + part[len(source):], shard
+            for source, dest in MOVED_PARAMS.items():
+                if part.startswith(source):
+                    return "model.layers.0." + dest + part[len(source):], None
         return "model." + canonical, None
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:

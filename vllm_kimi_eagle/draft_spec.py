@@ -1,15 +1,20 @@
-"""What a one-layer MLA EAGLE3 draft is, read from its config: dimensions, flags, tensors.
+"""What a one-layer EAGLE3 draft is, read from its config once: dimensions, flags, tensors.
 
 Pure functions only. The vLLM draft class, the pure-PyTorch reference, the checkpoint
 checks and ``vllm-kimi-eagle inspect`` all read a draft through :func:`spec_from_config`,
-so they agree on what the draft's tensors must be.
+so they agree on what the draft's tensors and forward pass must be. Every config field that
+changes the forward pass is read here, or refused here by name (``REFUSED_FIELDS``).
+
+MLA drafts (``attention == "mla"``) are the plugin's; Llama-architecture EAGLE3 drafts
+(``"gqa"``, ``LlamaForCausalLMEagle3``) are read too, for the reference that trains the
+tiny ones: vLLM serves them with its own class.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_kimi_eagle.config_access import config_value
+from vllm_kimi_eagle.config_access import config_value, eagle_config
 from vllm_kimi_eagle.layer_ids import written_ids
 from vllm_kimi_eagle.quantization import (
     Quantization,
@@ -55,10 +60,41 @@ class DraftSpec:
     norm_output: bool
     norm_before_residual: bool
     quantization: Quantization | None = None
+    attention: str = "mla"  # "mla", or "gqa" for Llama-architecture drafts
+    num_kv_heads: int | None = None  # gqa
+    head_dim: int | None = None  # gqa
+    # Kimi-K3 drafts: q/k rope dims never rotated (mla_use_nope) and a sigmoid gate on the
+    # attention output (mla_use_output_gate), as the config says; what is served may be
+    # asked otherwise (``nope_override``).
+    nope: bool = False
+    output_gate: bool = False
+    # eagle_config.use_input_layernorm_in_first_layer (hidden_norm) and use_last_layernorm
+    # (the final norm before the LM head): Model-Optimizer's names, True in every Kimi draft.
+    hidden_norm: bool = True
+    final_norm: bool = True
 
     @property
     def pruned_vocab(self) -> bool:
         return self.draft_vocab_size != self.vocab_size
+
+
+# Config fields that change the forward pass in a way the plugin does not implement:
+# (where, bad value or None for "any true value", why).
+REFUSED_FIELDS = (
+    ("eagle_config.use_mtp_layernorm", None,
+     "EAGLE-1/MTP norms of the embedding and hidden state before fc; an EAGLE3 draft with "
+     "captured target states has none (Model-Optimizer does not build them for EAGLE3)"),
+)
+ACTIVATIONS = ("silu",)
+LLAMA_TYPES = ("llama",)
+
+
+def _flag(config, key: str, default: bool) -> bool:
+    """A boolean of the config's eagle_config (or top level), ``default`` when unset."""
+    for value in (eagle_config(config).get(key), config_value(config, key)):
+        if value is not None:
+            return bool(value)
+    return default
 
 
 def spec_from_config(config, source: str = "the draft config") -> DraftSpec:
@@ -73,27 +109,36 @@ def spec_from_config(config, source: str = "the draft config") -> DraftSpec:
             )
         return value
 
+    for where, bad, why in REFUSED_FIELDS:
+        key = where.split(".")[-1]
+        value = eagle_config(config).get(key) if where.startswith("eagle_config.") else \
+            config_value(config, key)
+        if (bad is None and value) or (bad is not None and value == bad):
+            raise DraftConfigError(
+                f"{source}: {where} is {value!r}: {why}. The plugin serves no such draft; "
+                "remove the field if the draft was not trained with it.")
+    activation = config_value(config, "hidden_act") or "silu"
+    if activation not in ACTIVATIONS:
+        raise DraftConfigError(
+            f"{source}: hidden_act is {activation!r}; the draft's MLP is built for "
+            f"{', '.join(ACTIVATIONS)} (vLLM's DeepSeek MLP), so this draft would be served "
+            "with another activation than it was trained with.")
     hidden = int(required("hidden_size"))
     vocab = int(required("vocab_size"))
     ids, _ = written_ids(config)
     num_aux = config_value(config, "num_aux_hidden_states") or (
         len(ids) if ids else DEFAULT_NUM_AUX
     )
-    q_lora = config_value(config, "q_lora_rank")
     try:
         quantization = quantization_from_config(config, source)
     except QuantizationConfigError as err:
         raise DraftConfigError(str(err)) from None
-    return DraftSpec(
+    heads = int(required("num_attention_heads"))
+    common = dict(
         hidden_size=hidden,
         target_hidden_size=int(config_value(config, "target_hidden_size") or hidden),
         intermediate_size=int(required("intermediate_size")),
-        num_heads=int(required("num_attention_heads")),
-        q_lora_rank=int(q_lora) if q_lora is not None else None,
-        kv_lora_rank=int(required("kv_lora_rank")),
-        qk_nope_head_dim=int(required("qk_nope_head_dim")),
-        qk_rope_head_dim=int(required("qk_rope_head_dim")),
-        v_head_dim=int(required("v_head_dim")),
+        num_heads=heads,
         vocab_size=vocab,
         draft_vocab_size=int(config_value(config, "draft_vocab_size") or vocab),
         num_aux=int(num_aux),
@@ -102,25 +147,38 @@ def spec_from_config(config, source: str = "the draft config") -> DraftSpec:
         norm_output=bool(config_value(config, "norm_output")),
         norm_before_residual=bool(config_value(config, "norm_before_residual")),
         quantization=quantization,
+        hidden_norm=_flag(config, "use_input_layernorm_in_first_layer", True),
+        final_norm=_flag(config, "use_last_layernorm", True),
+    )
+    if config_value(config, "kv_lora_rank") is None and \
+            config_value(config, "model_type") in LLAMA_TYPES:
+        head_dim = int(config_value(config, "head_dim") or hidden // heads)
+        return DraftSpec(**common, q_lora_rank=None, kv_lora_rank=0, qk_nope_head_dim=0,
+                         qk_rope_head_dim=head_dim, v_head_dim=head_dim, attention="gqa",
+                         num_kv_heads=int(config_value(config, "num_key_value_heads") or heads),
+                         head_dim=head_dim)
+    q_lora = config_value(config, "q_lora_rank")
+    return DraftSpec(
+        **common,
+        q_lora_rank=int(q_lora) if q_lora is not None else None,
+        kv_lora_rank=int(required("kv_lora_rank")),
+        qk_nope_head_dim=int(required("qk_nope_head_dim")),
+        qk_rope_head_dim=int(required("qk_rope_head_dim")),
+        v_head_dim=int(required("v_head_dim")),
+        nope=bool(config_value(config, "mla_use_nope")),
+        output_gate=bool(config_value(config, "mla_use_output_gate")),
     )
 
 
 def expected_tensors(spec: DraftSpec) -> dict[str, tuple[int, ...]]:
     """Every tensor the draft can hold, canonical name -> full (unsharded) shape."""
     h, th = spec.hidden_size, spec.target_hidden_size
-    qk_head = spec.qk_nope_head_dim + spec.qk_rope_head_dim
     attn = LAYER + "self_attn."
     tensors = {
         "embed_tokens.weight": (spec.vocab_size, h),
         LAYER + "input_layernorm.weight": (h,),
         LAYER + "hidden_norm.weight": (h,),
         LAYER + "post_attention_layernorm.weight": (h,),
-        attn + "kv_a_proj_with_mqa.weight": (spec.kv_lora_rank + spec.qk_rope_head_dim, 2 * h),
-        attn + "kv_a_layernorm.weight": (spec.kv_lora_rank,),
-        attn + "kv_b_proj.weight": (
-            spec.num_heads * (spec.qk_nope_head_dim + spec.v_head_dim),
-            spec.kv_lora_rank,
-        ),
         attn + "o_proj.weight": (h, spec.num_heads * spec.v_head_dim),
         LAYER + "mlp.gate_proj.weight": (spec.intermediate_size, h),
         LAYER + "mlp.up_proj.weight": (spec.intermediate_size, h),
@@ -129,12 +187,11 @@ def expected_tensors(spec: DraftSpec) -> dict[str, tuple[int, ...]]:
         "norm.weight": (h,),
         "lm_head.weight": (spec.draft_vocab_size, h),
     }
-    if spec.q_lora_rank is None:
-        tensors[attn + "q_proj.weight"] = (spec.num_heads * qk_head, 2 * h)
-    else:
-        tensors[attn + "q_a_proj.weight"] = (spec.q_lora_rank, 2 * h)
-        tensors[attn + "q_a_layernorm.weight"] = (spec.q_lora_rank,)
-        tensors[attn + "q_b_proj.weight"] = (spec.num_heads * qk_head, spec.q_lora_rank)
+    tensors.update(_attention_tensors(spec))
+    if not spec.hidden_norm:
+        del tensors[LAYER + "hidden_norm.weight"]
+    if not spec.final_norm:
+        del tensors["norm.weight"]
     if spec.fc_norm:
         for i in range(spec.num_aux):
             tensors[f"fc_norm.{i}.weight"] = (th,)
@@ -147,22 +204,49 @@ def expected_tensors(spec: DraftSpec) -> dict[str, tuple[int, ...]]:
     return tensors
 
 
+def _attention_tensors(spec: DraftSpec) -> dict[str, tuple[int, ...]]:
+    """The attention's projections and norms (o_proj aside), for MLA or GQA."""
+    h2, s = 2 * spec.hidden_size, spec
+    attn = LAYER + "self_attn."
+    if s.attention == "gqa":
+        return {attn + "q_proj.weight": (s.num_heads * s.head_dim, h2),
+                attn + "k_proj.weight": (s.num_kv_heads * s.head_dim, h2),
+                attn + "v_proj.weight": (s.num_kv_heads * s.head_dim, h2)}
+    qk_head = s.qk_nope_head_dim + s.qk_rope_head_dim
+    tensors = {
+        attn + "kv_a_proj_with_mqa.weight": (s.kv_lora_rank + s.qk_rope_head_dim, h2),
+        attn + "kv_a_layernorm.weight": (s.kv_lora_rank,),
+        attn + "kv_b_proj.weight": (s.num_heads * (s.qk_nope_head_dim + s.v_head_dim),
+                                    s.kv_lora_rank),
+    }
+    if s.q_lora_rank is None:
+        tensors[attn + "q_proj.weight"] = (s.num_heads * qk_head, h2)
+    else:
+        tensors[attn + "q_a_proj.weight"] = (s.q_lora_rank, h2)
+        tensors[attn + "q_a_layernorm.weight"] = (s.q_lora_rank,)
+        tensors[attn + "q_b_proj.weight"] = (s.num_heads * qk_head, s.q_lora_rank)
+    if s.output_gate:
+        tensors[attn + "g_proj.weight"] = (s.num_heads * s.v_head_dim, h2)
+    return tensors
+
+
 # The draft's Linear layers, which vLLM builds with the draft's quantization (every one:
 # the names in a quantization_config's ignore list are vLLM's module names, which never
 # match the draft's); embed_tokens and lm_head are never quantized.
 LINEAR_WEIGHTS = ("fc.weight",) + tuple(
     LAYER + part for part in (
         "self_attn.q_proj.weight", "self_attn.q_a_proj.weight", "self_attn.q_b_proj.weight",
+        "self_attn.k_proj.weight", "self_attn.v_proj.weight",
         "self_attn.kv_a_proj_with_mqa.weight", "self_attn.kv_b_proj.weight",
-        "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
-        "mlp.down_proj.weight"))
+        "self_attn.g_proj.weight", "self_attn.o_proj.weight", "mlp.gate_proj.weight",
+        "mlp.up_proj.weight", "mlp.down_proj.weight"))
 
 
 def linear_weights(spec: DraftSpec) -> list[str]:
-    """The Linear weights this draft holds (q_proj, or q_a_proj and q_b_proj)."""
-    without = (LAYER + "self_attn.q_proj.weight" if spec.q_lora_rank is not None else
-               (LAYER + "self_attn.q_a_proj.weight", LAYER + "self_attn.q_b_proj.weight"))
-    return [name for name in LINEAR_WEIGHTS if name not in without]
+    """The Linear weights this draft holds."""
+    tensors = {**_attention_tensors(spec), "fc.weight": (), LAYER + "self_attn.o_proj.weight": (),
+               **{LAYER + f"mlp.{m}.weight": () for m in ("gate_proj", "up_proj", "down_proj")}}
+    return [name for name in LINEAR_WEIGHTS if name in tensors]
 
 
 def expected_dtype(spec: DraftSpec, canonical: str) -> str | None:

@@ -26,11 +26,11 @@ fingerprint, ids that are neither tool's default), the decision says so: it is
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from vllm_kimi_eagle import settings
-from vllm_kimi_eagle.config_access import config_value
+from vllm_kimi_eagle.config_access import config_value, eagle_config
 
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 CONVENTION_KEY = "eagle_aux_hidden_state_layer_ids_convention"
@@ -49,14 +49,9 @@ class LayerIdError(ValueError):
     """Layer ids that would make vLLM capture layers the draft was not trained on."""
 
 
-def _eagle_config(config) -> Mapping:
-    nested = config_value(config, "eagle_config") or {}
-    return nested if isinstance(nested, Mapping) else {}
-
-
 # ---- the training tools, as data ---------------------------------------------------------
 def _modelopt_marker(config) -> bool:
-    return any(k in _eagle_config(config) for k in
+    return any(k in eagle_config(config) for k in
                ("next_layer_regular", "parallel_draft_step", "parallel_draft_heads_num_layers"))
 
 
@@ -205,7 +200,7 @@ def written_ids(draft_config) -> tuple[list[int] | None, str]:
     ids = config_value(draft_config, IDS_KEY)
     if ids:
         return [int(i) for i in ids], IDS_KEY
-    nested = _eagle_config(draft_config).get(IDS_KEY)
+    nested = eagle_config(draft_config).get(IDS_KEY)
     if nested:
         return [int(i) for i in nested], f"eagle_config.{IDS_KEY}"
     return None, "none"
@@ -216,7 +211,7 @@ def explicit_convention(draft_config, environ=os.environ) -> tuple[str | None, s
     candidates = (
         (settings.value(settings.LAYER_IDS, environ), f"environment variable {CONVENTION_ENV}"),
         (config_value(draft_config, CONVENTION_KEY), f"config.json {CONVENTION_KEY}"),
-        (_eagle_config(draft_config).get(CONVENTION_KEY),
+        (eagle_config(draft_config).get(CONVENTION_KEY),
          f"config.json eagle_config.{CONVENTION_KEY}"),
     )
     for value, who in candidates:

@@ -69,13 +69,16 @@ LAYER_IDS = Setting("VLLM_KIMI_EAGLE_LAYER_IDS", "output-of, input-of or auto",
                     "layer ids are read by the draft config and its training tool")
 DRAFT_ROPE_THETA = Setting("VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA", "a positive number",
                            _positive_number, None, "the draft config's rope_theta")
+DRAFT_NOPE = Setting("VLLM_KIMI_EAGLE_DRAFT_NOPE", SWITCH_TAKES, _switch, None,
+                     "the draft is read as its config and training tool say")
 GREEDY_SHORTCUT = Setting("VLLM_KIMI_EAGLE_GREEDY_SHORTCUT", SWITCH_TAKES, _switch, True,
                           "the greedy shortcut may be turned on")
 CPU_MLA_VERIFY = Setting("VLLM_KIMI_EAGLE_CPU_MLA_VERIFY", SWITCH_TAKES, _switch, True,
                          "draft tokens are verified in the CPU MLA decode kernel")
 # What vLLM's processes read (the tools' own variables, such as VLLM_KIMI_EAGLE_TINY_DIR,
 # are read by the tools).
-SETTINGS = (PLUGIN, DRAFT, LAYER_IDS, DRAFT_ROPE_THETA, GREEDY_SHORTCUT, CPU_MLA_VERIFY)
+SETTINGS = (PLUGIN, DRAFT, LAYER_IDS, DRAFT_ROPE_THETA, DRAFT_NOPE, GREEDY_SHORTCUT,
+            CPU_MLA_VERIFY)
 
 
 def read(setting: Setting, environ: Mapping[str, str] = os.environ) -> tuple[object, str | None]:

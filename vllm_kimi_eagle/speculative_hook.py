@@ -6,8 +6,9 @@ vLLM has read and wrapped the draft's config, before an engine starts or a weigh
 
 1. for every speculative method, on the CPU build, one line says that vLLM's rejection
    sampler is mended (``cpu_sampler.py``; register() installed it in every process);
-2. for EAGLE3 only: the draft's safetensors headers are read for the MLA drafts the
-   plugin knows (local folder, HF cache or hub metadata), for no other draft;
+2. for EAGLE3 only: an MLA draft's positions are decided, NoPE or RoPE
+   (``draft_positions.py``), and its safetensors headers are read (local folder, HF
+   cache or hub metadata), for no other draft;
 3. the draft's layer ids are resolved (``layer_ids.py``) and written to the draft
    config's top-level ``eagle_aux_hidden_state_layer_ids``, the one place every vLLM
    runner reads, so the engine captures the layers the draft was trained on;
@@ -38,7 +39,8 @@ from vllm_kimi_eagle import (
     shortcut_policy,
     vllm_compat,
 )
-from vllm_kimi_eagle.architectures import PLUGIN_DRAFT_ARCHITECTURES
+from vllm_kimi_eagle.architectures import DRAFT_ENV, PLUGIN_DRAFT_ARCHITECTURES
+from vllm_kimi_eagle.draft_positions import NOPE_KEY, decide_positions
 from vllm_kimi_eagle.draft_report import DraftReport, draft_report
 from vllm_kimi_eagle.draft_source import DraftHeaders, draft_headers
 from vllm_kimi_eagle.layer_ids import explicit_convention
@@ -47,8 +49,10 @@ from vllm_kimi_eagle.shortcut_policy import FLAG
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 # Target model types whose drafts get the layer-id handling without being asked.
+# Kimi-K3 (kimi_k3, vLLM 0.27 on) captures in vLLM's convention too: id N is the running
+# state once layer N-1 has completed (models/kimi_k3 _capture_aux_hidden_stream).
 KIMI_DEEPSEEK_TARGETS = frozenset(
-    {"kimi_k2", "kimi_k25", "deepseek_v2", "deepseek_v3", "deepseek_v32"}
+    {"kimi_k2", "kimi_k25", "kimi_k3", "deepseek_v2", "deepseek_v3", "deepseek_v32"}
 )
 # Set on the draft's hf_config once resolved: the ids are never shifted twice.
 RESOLVED_MARK = "vllm_kimi_eagle_layer_ids"
@@ -107,6 +111,23 @@ def handles_layer_ids(spec_config) -> bool:
     target_type = getattr(spec_config.target_model_config.hf_config, "model_type", None)
     asked, _ = explicit_convention(hf_config)
     return target_type in KIMI_DEEPSEEK_TARGETS or bool(asked)
+
+
+def apply_positions(spec_config, ours: bool) -> None:
+    """NoPE or RoPE for a Kimi-K3 draft (``draft_positions.py``), written to the draft
+    config as ``mla_use_nope`` for the plugin's class; said where vLLM's class ignores it."""
+    hf_config = spec_config.draft_model_config.hf_config
+    decision = decide_positions(hf_config)
+    if not ours:
+        if decision.written:
+            logger.warning("vllm-kimi-eagle: the draft config sets %s, which vLLM's in-tree "
+                           "draft class (%s=upstream) ignores: it rotates the rope dims.",
+                           NOPE_KEY, DRAFT_ENV)
+        return
+    setattr(hf_config, NOPE_KEY, decision.nope)
+    if decision.written or decision.nope:
+        log = logger.warning if decision.ambiguous else logger.info
+        log("vllm-kimi-eagle: %s", decision.log_line())
 
 
 def apply_layer_ids(spec_config, report: DraftReport) -> None:
@@ -239,6 +260,8 @@ def on_speculative_config(spec_config, ours: bool) -> None:
     announce_cpu_mends()
     if not is_eagle3(spec_config):
         return
+    if is_mla_draft(spec_config):
+        apply_positions(spec_config, ours)
     ours = ours and is_mla_draft(spec_config)  # served by the plugin's class
     headers = headers_for(spec_config)
     report = report_for(spec_config, headers)

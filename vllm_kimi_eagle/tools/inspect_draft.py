@@ -14,6 +14,7 @@ from collections import Counter
 
 from vllm_kimi_eagle import checkpoint, model_source, rope_override, settings, vllm_compat
 from vllm_kimi_eagle.config_access import text_config_value
+from vllm_kimi_eagle.draft_positions import NOPE_KEY, decide_positions
 from vllm_kimi_eagle.draft_report import draft_report
 from vllm_kimi_eagle.draft_source import draft_headers, is_local
 from vllm_kimi_eagle.draft_spec import canonical_name
@@ -111,6 +112,8 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
     if found.spec is not None:
         report["draft_vocab_size"] = found.spec.draft_vocab_size
         report["num_aux_hidden_states"] = found.spec.num_aux
+        report["attention"] = attention_facts(found.spec, config, environ)
+        report["in_tree_class"] = in_tree_gaps(found.spec, config, environ)
     decision = found.decision
     report["convention"] = decision.convention if decision else None
     report["capture_ids"] = decision.capture_ids if decision else None
@@ -122,6 +125,28 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
         report["ambiguous_capture_ids"] = decision.ambiguous_with
         report["decision"] = decision.log_line()
     return report
+
+
+def attention_facts(spec, config, environ) -> dict:
+    """How the plugin serves the draft's attention: positions, gate, norms, quantization."""
+    positions = decide_positions(config, environ)
+    return {"positions": "NoPE" if positions.nope else "RoPE",
+            "positions_reason": positions.reason, "positions_ambiguous": positions.ambiguous,
+            "positions_line": positions.log_line(), "output_gate": spec.output_gate,
+            "hidden_norm": spec.hidden_norm, "final_norm": spec.final_norm,
+            "quantization": spec.quantization.scheme if spec.quantization else None}
+
+
+def in_tree_gaps(spec, config, environ) -> list[str]:
+    """What vLLM's in-tree MLA draft class (VLLM_KIMI_EAGLE_DRAFT=upstream) would do wrong
+    with this draft, as measured on the tiny drafts (docs/checkpoints.md, Kimi-K3 drafts)."""
+    gaps = []
+    if decide_positions(config, environ).nope:
+        gaps.append(f"ignores {NOPE_KEY}: rotates the rope dims the draft was trained "
+                    "without, a silent acceptance loss")
+    if spec.output_gate:
+        gaps.append("has no output gate (g_proj): refuses to load the checkpoint")
+    return gaps
 
 
 def format_report(report: dict) -> str:
@@ -149,6 +174,17 @@ def format_report(report: dict) -> str:
         f" (from {rope_override.ROPE_THETA_ENV}; config.json says {rope['config']})"
         if rope["override"] else " (config.json)"))
     lines.append(f"MLA dims      {report['mla']}")
+    attention = report.get("attention")
+    if attention:
+        lines.append(f"attention     {attention['positions']} ({attention['positions_reason']})"
+                     f", output gate {attention['output_gate']}, hidden_norm "
+                     f"{attention['hidden_norm']}, final norm {attention['final_norm']}"
+                     + (f", quantized {attention['quantization']}"
+                        if attention["quantization"] else ""))
+        if attention["positions_ambiguous"]:
+            lines.append("AMBIGUOUS     " + attention["positions_line"].split("AMBIGUOUS: ")[1])
+    for gap in report.get("in_tree_class", ()):
+        lines.append(f"vLLM's class  {gap}")
     if report.get("draft_vocab_size"):
         lines.append(f"vocabulary    draft {report['draft_vocab_size']}, "
                      f"captured states {report.get('num_aux_hidden_states')}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vllm_kimi_eagle import layer_ids
-from vllm_kimi_eagle.config_access import config_value
+from vllm_kimi_eagle.config_access import config_value, eagle_config
 from vllm_kimi_eagle.layer_ids import CONVENTION_ENV, CONVENTION_KEY, IDS_KEY
 from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV, config_rope_theta
 
@@ -40,7 +40,7 @@ def written_lists(draft_config) -> list[tuple[str, list[int]]]:
     lists = []
     for key, ids in ((IDS_KEY, config_value(draft_config, IDS_KEY)),
                      (f"eagle_config.{IDS_KEY}",
-                      config_value(config_value(draft_config, "eagle_config") or {}, IDS_KEY))):
+                      eagle_config(draft_config).get(IDS_KEY))):
         if ids:
             lists.append((key, sorted({int(i) for i in ids})))
     return lists
