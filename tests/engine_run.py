@@ -5,7 +5,8 @@
                                  "max_tokens": 64, "num_speculative_tokens": 3,
                                  "capture_draft_io": false, "tensor_parallel_size": 1}'
 
-"attention_backend": "CPU_MLA" gives target and draft that backend (vLLM's own option).
+"attention_backend" / "draft_attention_backend": "CPU_MLA" gives the target / the draft
+that backend (vLLM's own options).
 "speculative_config": {...} serves that speculative config (e.g. ngram) instead of the
 EAGLE3 one that "draft" makes.
 "mixed": [SamplingParams kwargs, ...] runs a second batch after the greedy one: the same
@@ -232,8 +233,8 @@ def main(spec: dict) -> dict:
             "model": spec["draft"],
             "num_speculative_tokens": spec.get("num_speculative_tokens", 3),
         }
-        if spec.get("attention_backend"):
-            kwargs["speculative_config"]["attention_backend"] = spec["attention_backend"]
+        if spec.get("draft_attention_backend"):
+            kwargs["speculative_config"]["attention_backend"] = spec["draft_attention_backend"]
     if spec.get("speculative_config"):
         kwargs["speculative_config"] = spec["speculative_config"]
     started = time.time()

@@ -199,11 +199,21 @@ def run_engine(spec: dict, env: dict | None = None, timeout: int = 900) -> dict:
 PROMPTS = corpus.demo_prompts(8)
 MAX_TOKENS = 64
 NO_PLUGIN = {"VLLM_PLUGINS": ""}
-# vLLM alone in float32 asks for CPU_MLA for target and draft, as a user must on a CPU with
-# AMX, where vLLM would otherwise pick AMX_MLA, which cannot load float32 weights (the
-# plugin does this itself, vllm_kimi_eagle/cpu_mla_backend.py). Elsewhere CPU_MLA is what
-# vLLM picks anyway, so the comparison with vLLM alone is the same on every machine.
-UPSTREAM_FLOAT32 = {"attention_backend": "CPU_MLA"}
+# vLLM alone in float32 asks for CPU_MLA for the target and an MLA draft, as a user must on
+# a CPU with AMX, where vLLM would otherwise pick AMX_MLA, which cannot load float32
+# weights (the plugin does this itself, vllm_kimi_eagle/cpu_mla_backend.py). Elsewhere
+# CPU_MLA is what vLLM picks anyway, so the comparison with vLLM alone is the same on
+# every machine.
+CPU_MLA = "CPU_MLA"
+
+
+def upstream_float32_backends(draft_dir: str | None) -> dict:
+    mla_draft = False
+    if draft_dir:
+        with open(os.path.join(draft_dir, "config.json")) as f:
+            mla_draft = json.load(f).get("kv_lora_rank") is not None
+    return {"attention_backend": CPU_MLA, **({"draft_attention_backend": CPU_MLA}
+                                             if mla_draft else {})}
 _ENGINES: dict = {}
 
 
@@ -218,7 +228,8 @@ def engine(tiny: str, draft: str | None, env: dict | None = None, **extra) -> di
     statement about speculation, not about rounding."""
     extra = {"dtype": "float32", **extra}
     if env == NO_PLUGIN and extra["dtype"] == "float32":
-        extra = {**UPSTREAM_FLOAT32, **extra}
+        extra = {**upstream_float32_backends(os.path.join(tiny, draft) if draft else None),
+                 **extra}
     key = (draft, json.dumps(env or {}, sort_keys=True), json.dumps(extra, sort_keys=True))
     if key not in _ENGINES:
         spec = {
@@ -256,11 +267,11 @@ def max_diff(pair) -> float:
     return float((pair[0] - pair[1]).abs().max())
 
 
-def reference_numerics(draft_dir: str, captured_path: str, rope_theta: float | None = None):
-    """The first prefill the engine captured, run again by the pure-PyTorch reference
-    with the checkpoint's weights (and ``rope_theta`` instead of the config's rope base):
-    {"combine" | "out" | "aux" | "logits": (reference, vLLM)} and the prefill length."""
-    import torch
+def reference_draft(draft_dir: str, rope_theta: float | None = None, **spec_changes):
+    """The checkpoint's draft in the pure-PyTorch reference (its config's reading, changed
+    by ``spec_changes``, e.g. ``nope=False``), and its spec."""
+    import dataclasses
+
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
@@ -270,13 +281,42 @@ def reference_numerics(draft_dir: str, captured_path: str, rope_theta: float | N
 
     register_config_alias()
     with open(os.path.join(draft_dir, "config.json")) as f:
-        spec = spec_from_config(json.load(f))
+        spec = dataclasses.replace(spec_from_config(json.load(f)), **spec_changes)
     rope = dict(AutoConfig.from_pretrained(draft_dir).rope_parameters)
     if rope_theta is not None:
         rope["rope_theta"] = rope_theta
     reference = ReferenceDraft(spec, rope)
     weights = load_file(os.path.join(draft_dir, "model.safetensors"))
     reference.load_state_dict({canonical_name(k): v for k, v in weights.items()}, strict=True)
+    return reference.eval(), spec
+
+
+@functools.lru_cache(maxsize=1)
+def tiny_target(tiny: str):
+    """The tiny target in transformers (float32): the oracle of offline acceptance."""
+    from transformers import DeepseekV3ForCausalLM
+
+    from vllm_kimi_eagle.fixtures.target import target_model
+
+    return DeepseekV3ForCausalLM.from_pretrained(os.path.join(tiny, "target"),
+                                                 config=target_model().config).eval()
+
+
+def served_sequences(result: dict) -> list:
+    """(prompt length, prompt + served tokens) of an engine run, as offline.py takes them."""
+    import torch
+
+    return [(len(p), torch.tensor(p + t))
+            for p, t in zip(result["prompt_token_ids"], result["token_ids"])]
+
+
+def reference_numerics(draft_dir: str, captured_path: str, rope_theta: float | None = None):
+    """The first prefill the engine captured, run again by the pure-PyTorch reference
+    with the checkpoint's weights (and ``rope_theta`` instead of the config's rope base):
+    {"combine" | "out" | "aux" | "logits": (reference, vLLM)} and the prefill length."""
+    import torch
+
+    reference, spec = reference_draft(draft_dir, rope_theta)
     io = torch.load(captured_path)
     forward = io["forward"]
     # The first request's prefill: positions 0..n-1 up to where the next request starts.
