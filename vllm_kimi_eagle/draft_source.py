@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from vllm_kimi_eagle import checkpoint
+from vllm_kimi_eagle import checkpoint, hf_cache
 
 
 @dataclass(frozen=True)
@@ -31,41 +31,19 @@ def draft_headers(model: str, revision: str | None = None) -> DraftHeaders:
         if not checkpoint.checkpoint_files(model):
             return DraftHeaders(None, f"{model} holds no .safetensors file")
         return DraftHeaders(checkpoint.read_checkpoint(model), "local folder")
-    cached = cached_checkpoint_files(model, revision)
+    cached = hf_cache.cached_snapshot(model, revision, ("*.json", "*.safetensors"))
     if cached:
-        tensors: dict[str, checkpoint.TensorInfo] = {}
-        for path in cached:
-            tensors.update(checkpoint.read_safetensors_header(path))
-        return DraftHeaders(tensors, "Hugging Face cache")
+        return DraftHeaders(checkpoint.read_checkpoint(cached), "Hugging Face cache")
     return hub_metadata(model, revision)
-
-
-def cached_checkpoint_files(repo_id: str, revision: str | None) -> list[str] | None:
-    """Every .safetensors file of a hub draft already in the HF cache, or None."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
-
-    def cached(filename: str) -> str | None:
-        path = try_to_load_from_cache(repo_id, filename, revision=revision)
-        return path if isinstance(path, str) else None
-
-    index = cached(checkpoint.INDEX_FILE)
-    if index:
-        paths = [cached(shard) for shard in checkpoint.index_shards(index)]
-        return paths if all(paths) else None
-    single = cached("model.safetensors")
-    return [single] if single else None
 
 
 def hub_metadata(repo_id: str, revision: str | None) -> DraftHeaders:
     """Headers through huggingface_hub's get_safetensors_metadata (one small request)."""
     try:
-        from huggingface_hub import constants, get_safetensors_metadata
+        from huggingface_hub import get_safetensors_metadata
     except ImportError:
         return DraftHeaders(None, "huggingface_hub is not installed")
-    if constants.HF_HUB_OFFLINE:
+    if hf_cache.offline():
         return DraftHeaders(None, "HF_HUB_OFFLINE is set and the draft is not in the HF cache")
     try:
         metadata = get_safetensors_metadata(repo_id, revision=revision)

@@ -342,22 +342,22 @@ def test_schedule_needs_none_and_plugin_before_any_server_starts():
 def test_which_release_and_runner_serve_a_schedule_as_written(version, runner, dp, says):
     from packaging.version import Version
 
-    from vllm_kimi_eagle import vllm_compat
+    from vllm_kimi_eagle.tools import vllm_runners
 
-    problem = vllm_compat.schedule_problem(runner, dp, Version(version))
+    problem = vllm_runners.schedule_problem(runner, dp, Version(version))
     assert (problem is None) if says is None else (says in problem), problem
 
 
 def test_the_runner_a_server_gets():
     from packaging.version import Version
 
-    from vllm_kimi_eagle import vllm_compat
+    from vllm_kimi_eagle.tools import vllm_runners
 
-    assert vllm_compat.serving_runner({}, on_cpu=True) == "v1"
-    assert vllm_compat.serving_runner({"VLLM_USE_V2_MODEL_RUNNER": "1"}, True) == "v1"
-    assert vllm_compat.serving_runner({}, False, Version("0.28.0")) == "v1"
-    assert vllm_compat.serving_runner({}, False, Version("0.32.0")) == "v2"
-    assert vllm_compat.serving_runner({"VLLM_USE_V2_MODEL_RUNNER": "0"}, False,
+    assert vllm_runners.serving_runner({}, on_cpu=True) == "v1"
+    assert vllm_runners.serving_runner({"VLLM_USE_V2_MODEL_RUNNER": "1"}, True) == "v1"
+    assert vllm_runners.serving_runner({}, False, Version("0.28.0")) == "v1"
+    assert vllm_runners.serving_runner({}, False, Version("0.32.0")) == "v2"
+    assert vllm_runners.serving_runner({"VLLM_USE_V2_MODEL_RUNNER": "0"}, False,
                                       Version("0.32.0")) == "v1"
 
 

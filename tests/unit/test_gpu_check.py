@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from tests.helpers import run_cli
 from vllm_kimi_eagle import vllm_compat
+from vllm_kimi_eagle.tools import vllm_runners
 from vllm_kimi_eagle.tools.gpu_check.matrix import (
     IN_TREE,
     PLUGIN,
@@ -50,7 +51,7 @@ def test_matrix_covers_runners_drafts_classes_and_settings():
 def test_cases_set_the_runner_class_and_speculative_config():
     cases = {c.name: c for c in matrix(gpus=1)}
     forced = cases["v2/draft/plugin-user-false"]
-    assert forced.env() == {vllm_compat.RUNNER_SWITCH: "1", "VLLM_KIMI_EAGLE_DRAFT": "plugin"}
+    assert forced.env() == {vllm_runners.RUNNER_SWITCH: "1", "VLLM_KIMI_EAGLE_DRAFT": "plugin"}
     assert cases["default/draft/in-tree"].env() == {"VLLM_KIMI_EAGLE_DRAFT": "upstream"}
     assert forced.speculative_config("/m", 3) == {
         "method": "eagle3", "model": "/m/draft", "num_speculative_tokens": 3,
@@ -59,8 +60,8 @@ def test_cases_set_the_runner_class_and_speculative_config():
 
 
 def test_runner_facts_per_release():
-    assert vllm_compat.default_gpu_runner(vllm_compat.parse_version("0.26.0")) == "v1"
-    assert vllm_compat.default_gpu_runner(vllm_compat.parse_version("0.32.0")) == "v2"
+    assert vllm_runners.default_gpu_runner(vllm_compat.parse_version("0.26.0")) == "v1"
+    assert vllm_runners.default_gpu_runner(vllm_compat.parse_version("0.32.0")) == "v2"
 
 
 def test_log_facts():

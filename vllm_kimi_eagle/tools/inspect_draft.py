@@ -1,6 +1,6 @@
 """``vllm-kimi-eagle inspect DRAFT [--target TARGET] [--json]``: what vLLM will make of a draft.
 
-DRAFT and TARGET are folders or hub ids (``model_source.py``). Reads config.json files
+DRAFT and TARGET are folders or hub ids (``tools/model_source.py``). Reads config.json files
 and safetensors headers only (no weights, no vLLM engine), through the same report the
 runtime acts on (``draft_report.py``), and reports the draft's layout, MLA dimensions,
 layer ids and the convention decision, and every problem that would stop serving or
@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from vllm_kimi_eagle import checkpoint, model_source, rope_override, settings, vllm_compat
+from vllm_kimi_eagle import checkpoint, rope_override, settings, vllm_compat
 from vllm_kimi_eagle.config_access import text_config_value
 from vllm_kimi_eagle.draft_positions import NOPE_KEY, decide_positions
 from vllm_kimi_eagle.draft_report import draft_report
 from vllm_kimi_eagle.draft_source import draft_headers, is_local
 from vllm_kimi_eagle.draft_spec import canonical_name
 from vllm_kimi_eagle.layer_ids import ambiguity_advice, written_ids
+from vllm_kimi_eagle.tools import model_source
 
 MLA_FIELDS = ("hidden_size", "num_attention_heads", "q_lora_rank", "kv_lora_rank",
               "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "intermediate_size")

@@ -10,8 +10,8 @@ import signal
 import sys
 import time
 
-from vllm_kimi_eagle import model_source, vllm_compat
-from vllm_kimi_eagle.tools import vllm_server
+from vllm_kimi_eagle import vllm_compat
+from vllm_kimi_eagle.tools import model_source, vllm_runners, vllm_server
 from vllm_kimi_eagle.tools.bench_e2e import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.bench_e2e import k_schedule
 from vllm_kimi_eagle.tools.bench_e2e.chart import write_png
@@ -172,7 +172,7 @@ def schedule_problem(configs: list[str], environ, server_args: list[str] = (),
         return (f"vLLM {vllm_compat.installed_vllm_version()} has no "
                 "num_speculative_tokens_per_batch_size (dynamic speculation): --schedule needs "
                 "a release that has it")
-    problem = vllm_compat.schedule_problem(vllm_compat.serving_runner(environ, on_cpu),
+    problem = vllm_runners.schedule_problem(vllm_runners.serving_runner(environ, on_cpu),
                                            data_parallel_size(server_args))
     return f"a k schedule would not be served as written: {problem}" if problem else None
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 
-from vllm_kimi_eagle import checkpoint, model_source
+from vllm_kimi_eagle import checkpoint
 from vllm_kimi_eagle.config_access import text_config_value
 from vllm_kimi_eagle.draft_spec import DraftConfigError, spec_from_config
+from vllm_kimi_eagle.tools import model_source
 from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError
 
 

@@ -6,8 +6,7 @@ import argparse
 import os
 import sys
 
-from vllm_kimi_eagle import model_source
-from vllm_kimi_eagle.tools import vllm_server
+from vllm_kimi_eagle.tools import model_source, vllm_server
 from vllm_kimi_eagle.tools.evaluation import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.evaluation.measure import measured_run, server_for
 from vllm_kimi_eagle.tools.progress import say

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 from vllm_kimi_eagle import vllm_compat
-from vllm_kimi_eagle.tools import engine_process, vllm_server
+from vllm_kimi_eagle.tools import engine_process, vllm_runners, vllm_server
 from vllm_kimi_eagle.tools.bench_e2e.grid import BenchError
 from vllm_kimi_eagle.tools.gpu_check import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.gpu_check.matrix import BASE, QUANTIZED, Case, matrix
@@ -133,7 +133,7 @@ def timing(args, models: str, out: str) -> dict:
 
 def schedule_support(version) -> dict[str, str]:
     """Per runner, whether this vLLM serves a k schedule as written (data: vllm_compat)."""
-    return {runner: vllm_compat.schedule_problem(runner, 1, version) or "served as written"
+    return {runner: vllm_runners.schedule_problem(runner, 1, version) or "served as written"
             for runner in ("v1", "v2")}
 
 
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"k schedules (num_speculative_tokens_per_batch_size), {runner}: {line}")
     started = time.perf_counter()
     results, facts = run_matrix(cases, args, models, out)
-    default_runner = vllm_compat.default_gpu_runner(version)
+    default_runner = vllm_runners.default_gpu_runner(version)
     checks = [c for case in cases
               for c in case_checks(case, results[case.name], facts[case.name], results,
                                    default_runner)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from vllm_kimi_eagle import vllm_compat
+from vllm_kimi_eagle.tools import vllm_runners
 
 BASE, EAGLE31 = "draft", "draft-eagle3.1"
 # Quantized copies of the base draft gpu-check writes next to the tiny models (folder ->
@@ -36,7 +36,7 @@ class Case:
     def env(self) -> dict[str, str]:
         env = {"VLLM_KIMI_EAGLE_DRAFT": "upstream" if self.draft_class == IN_TREE else "plugin"}
         if self.runner != "default":
-            env[vllm_compat.RUNNER_SWITCH] = vllm_compat.RUNNER_VALUES[self.runner]
+            env[vllm_runners.RUNNER_SWITCH] = vllm_runners.RUNNER_VALUES[self.runner]
         return env
 
     def speculative_config(self, models: str, k: int) -> dict | None:
@@ -90,7 +90,7 @@ def matrix(gpus: int) -> list[Case]:
     its block-FP8 copy), a full group with each runner forced, and with two GPUs the same
     three cases as the first at tensor parallel 2."""
     cases = runner_group("default", full=False) + quantized_group()
-    cases += [case for runner in vllm_compat.RUNNER_VALUES for case in runner_group(runner)]
+    cases += [case for runner in vllm_runners.RUNNER_VALUES for case in runner_group(runner)]
     if gpus >= 2:
         cases += runner_group("default", tensor_parallel=2, full=False)
     return cases

@@ -11,8 +11,7 @@ import sys
 import time
 from contextlib import ExitStack
 
-from vllm_kimi_eagle import model_source
-from vllm_kimi_eagle.tools import vllm_server
+from vllm_kimi_eagle.tools import model_source, vllm_server
 from vllm_kimi_eagle.tools.progress import say
 from vllm_kimi_eagle.tools.soak import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.soak import bench_serve, checks, report, runner, traffic

@@ -1,6 +1,7 @@
 """A model as vLLM takes it: a local folder, an id in the Hugging Face cache, or a hub id.
 
-Every tool and the runtime's pre-serve checks find a model's files here, so
+Every tool finds a model's files here (the cache is read by ``hf_cache.py``, as the
+runtime's pre-serve checks read it), so
 ``moonshotai/Kimi-K2.6`` means the same thing to ``vllm-kimi-eagle inspect`` as to
 ``vllm serve``. Offline (``HF_HUB_OFFLINE``) a hub id is looked up in the cache only; a
 model that cannot be found raises :class:`ModelNotFound`, whose message is one line
@@ -13,11 +14,8 @@ import json
 import os
 from dataclasses import dataclass
 
-CONFIG_FILES = ("config.json",)
-# What vLLM fetches to serve a model: weights in safetensors, configs, tokenizer files and
-# remote code. Never .bin or .pt copies of the same weights.
-SERVING_FILES = ("*.json", "*.safetensors", "*.py", "*.txt", "*.model", "*.tiktoken",
-                 "*.jinja")
+from vllm_kimi_eagle import hf_cache
+from vllm_kimi_eagle.hf_cache import CONFIG_FILES, SERVING_FILES
 
 
 class ModelNotFound(ValueError):
@@ -36,14 +34,6 @@ def looks_like_hub_id(model: str) -> bool:
     parts = model.split("/")
     return (len(parts) <= 2 and all(parts) and not model.startswith((".", "~"))
             and not os.path.isabs(model))
-
-
-def offline() -> bool:
-    try:
-        from huggingface_hub import constants
-    except ImportError:
-        return True
-    return bool(constants.HF_HUB_OFFLINE)
 
 
 def how_to_get(model: str, revision: str | None) -> str:
@@ -76,15 +66,14 @@ def resolve(model: str, revision: str | None = None, *, role: str = "model",
     except ImportError:
         raise ModelNotFound(f"{role} {model}: no such folder, and huggingface_hub is not "
                             "installed to look the id up; give the model's folder") from None
-    is_offline = offline()
-    cached = _cached_folder(snapshot_download, model, revision, files)
+    cached = hf_cache.cached_snapshot(model, revision, files)
     if cached:
         return ModelFolder(model, cached, "Hugging Face cache")
     rev = f" at revision {revision}" if revision else ""
-    if is_offline:
+    if hf_cache.offline():
         what = " with its weights" if "*.safetensors" in files else ""
         raise ModelNotFound(f"{role} {model}{rev}: not in the Hugging Face cache{what} "
-                            f"({_cache_dir()}) and HF_HUB_OFFLINE is set; "
+                            f"({hf_cache.cache_dir()}) and HF_HUB_OFFLINE is set; "
                             + how_to_get(model, revision))
     try:
         folder = snapshot_download(model, revision=revision, allow_patterns=list(files))
@@ -98,44 +87,6 @@ def resolve(model: str, revision: str | None = None, *, role: str = "model",
                             f"({type(err).__name__}: {first}); "
                             + how_to_get(model, revision)) from None
     return ModelFolder(model, folder, "hub")
-
-
-def _cached_folder(snapshot_download, model: str, revision: str | None,
-                   files: tuple[str, ...]) -> str | None:
-    """The cached snapshot of ``model`` if it holds a config.json, else None."""
-    from huggingface_hub.errors import LocalEntryNotFoundError
-
-    try:
-        folder = snapshot_download(model, revision=revision, allow_patterns=list(files),
-                                   local_files_only=True)
-    except (LocalEntryNotFoundError, OSError, ValueError):
-        return None
-    return folder if has_files(folder, files) else None
-
-
-def has_files(folder: str, files: tuple[str, ...]) -> bool:
-    """Whether a folder holds a config.json and, if ``files`` asks for weights, all of
-    them (every shard its index lists, or a .safetensors file). A cache entry left by
-    ``inspect`` holds the config alone and is not enough to serve."""
-    if not os.path.exists(os.path.join(folder, "config.json")):
-        return False
-    if "*.safetensors" not in files:
-        return True
-    from vllm_kimi_eagle import checkpoint
-
-    try:
-        shards = checkpoint.checkpoint_files(folder)
-    except (OSError, ValueError, KeyError):
-        return False
-    return bool(shards) and all(os.path.exists(path) for path in shards)
-
-
-def _cache_dir() -> str:
-    try:
-        from huggingface_hub import constants
-    except ImportError:
-        return "?"
-    return constants.HF_HUB_CACHE
 
 
 def local_folder(model: str, role: str) -> str:
