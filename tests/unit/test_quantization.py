@@ -78,7 +78,7 @@ def test_a_linear_left_in_float_is_a_problem():
     (Quantization("fp8-block", (64, 128)), 64, True, True, "float32",
      "needs bfloat16 or float16 activations"),
     (Quantization("int8-channel"), 64, True, True, "float32", "needs bfloat16"),
-    (Quantization("int8-channel"), 64, True, False, "float32", None),
+    (Quantization("int8-channel"), 64, True, False, "bfloat16", "needs a CPU with AMX"),
     (Quantization("int8-channel"), 64, False, False, "float32", None),
 ], ids=["fp8-amx", "fp8-q-lora", "fp8-gpu", "fp8-no-amx", "fp8-float32", "int8-amx-float32",
         "int8-no-amx", "int8-gpu"])
