@@ -11,6 +11,7 @@ from tests.helpers import run_python
 # and functions it wraps or replaces, and the registries it writes.
 STATE = """
 import importlib, json, logging
+import vllm.logger  # vLLM configures logging on import (up to 0.28 disabling earlier loggers)
 records = []
 class Keep(logging.Handler):
     def emit(self, record):
