@@ -217,9 +217,11 @@ def upstream_float32_backends(draft_dir: str | None) -> dict:
 _ENGINES: dict = {}
 
 
-def engine(tiny: str, draft: str | None, env: dict | None = None, **extra) -> dict:
-    """One engine run on the tiny models (8 prompts x 64 greedy tokens, float32, unless
-    ``extra`` says otherwise), started on first use and cached for the whole test session.
+def engine(tiny: str, draft: str | None, env: dict | None = None, target: str = "target",
+           **extra) -> dict:
+    """One engine run on the tiny models (``target`` and ``draft``, folder names; 8 prompts
+    x 64 greedy tokens, float32, unless ``extra`` says otherwise), started on first use and
+    cached for the whole test session.
 
     float32, not vLLM's bfloat16 default for these float32 checkpoints: a greedy
     comparison between runs whose batches differ (speculation verifies several tokens
@@ -230,10 +232,11 @@ def engine(tiny: str, draft: str | None, env: dict | None = None, **extra) -> di
     if env == NO_PLUGIN and extra["dtype"] == "float32":
         extra = {**upstream_float32_backends(os.path.join(tiny, draft) if draft else None),
                  **extra}
-    key = (draft, json.dumps(env or {}, sort_keys=True), json.dumps(extra, sort_keys=True))
+    key = (target, draft, json.dumps(env or {}, sort_keys=True),
+           json.dumps(extra, sort_keys=True))
     if key not in _ENGINES:
         spec = {
-            "target": os.path.join(tiny, "target"),
+            "target": os.path.join(tiny, target),
             "draft": os.path.join(tiny, draft) if draft else None,
             "prompts": PROMPTS,
             "max_tokens": MAX_TOKENS,

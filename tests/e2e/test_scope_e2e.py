@@ -1,6 +1,7 @@
 """The plugin as a guest (docs/troubleshooting.md, "What it changes in a process with no
-EAGLE3 MLA draft"): a plain MLA target and draft-model speculation behave with the plugin
-installed as they do with vLLM alone (VLLM_PLUGINS=""), token for token, float32."""
+EAGLE3 MLA draft"): a plain MLA target, draft-model speculation and DeepSeek MTP behave
+with the plugin installed as they do with vLLM alone (VLLM_PLUGINS=""), token for token,
+float32."""
 
 from __future__ import annotations
 
@@ -9,11 +10,17 @@ import os
 import pytest
 
 from tests.helpers import NO_PLUGIN, engine, served
+from vllm_kimi_eagle.fixtures.mtp import MTP_FOLDER
 
 pytestmark = pytest.mark.engine
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3,
          "prompt_lookup_min": 1}
+
+
+def mtp(**extra) -> dict:
+    """DeepSeek MTP: target-mtp's own MTP layer, run k times per step as vLLM does."""
+    return {"method": "mtp", "num_speculative_tokens": 3, **extra}
 
 
 def draft_model(tiny: str, **extra) -> dict:
@@ -43,6 +50,24 @@ def test_draft_model_speculation_verifies_as_with_vllm_alone(tiny):
     assert ours["token_ids"] == alone["token_ids"] == no_speculation["token_ids"]
     assert ours["acceptance_length"] == alone["acceptance_length"]
     assert "vLLM's CPU rejection sampler is mended" in ours["_log"]
+
+
+def test_mtp_speculation_verifies_as_with_vllm_alone(tiny):
+    """DeepSeek-V3 MTP (target-mtp: the target's weights with a trained MTP layer, served
+    as deepseek_v3) through the same mended paths: the same tokens as the target without
+    speculation and the same acceptance as vLLM alone, the mends announced."""
+    ours = served(engine(tiny, None, target=MTP_FOLDER, speculative_config=mtp()))
+    alone = served(engine(tiny, None, target=MTP_FOLDER, env=NO_PLUGIN,
+                          speculative_config=mtp(attention_backend="CPU_MLA")))
+    no_speculation = served(engine(tiny, None))
+    print(f"\nMTP: plugin {ours['acceptance_length']} ({ours['drafts']} drafts), "
+          f"vLLM alone {alone['acceptance_length']} ({alone['drafts']} drafts)")
+    assert ours["drafts"] > 0 and alone["drafts"] > 0, "no draft proposed"
+    assert ours["accepted_tokens"] > 0, "the MTP layer's drafts were never accepted"
+    assert ours["token_ids"] == alone["token_ids"] == no_speculation["token_ids"]
+    assert ours["acceptance_length"] == alone["acceptance_length"]
+    assert "vLLM's CPU rejection sampler is mended" in ours["_log"]
+    assert "verifies draft tokens in its decode kernel" in ours["_log"]
 
 
 def test_ngram_fails_on_the_cpu_build_with_or_without_the_plugin(tiny):
