@@ -1,5 +1,8 @@
-"""Reading a field of a model config, whether it is a transformers config object or the
-dict of a config.json, and whether the field sits at the top or in ``text_config``."""
+"""Reading a field of a target's config, whether it is a transformers config object or the
+dict of a config.json, and whether the field sits at the top or in ``text_config``.
+
+A draft's config is never read here: it is parsed once into a validated record
+(``draft_config.py``)."""
 
 from __future__ import annotations
 
@@ -11,12 +14,6 @@ def config_value(config, key, default=None):
     if isinstance(config, Mapping):
         return config.get(key, default)
     return getattr(config, key, default)
-
-
-def eagle_config(config) -> Mapping:
-    """A draft config's nested ``eagle_config`` (an empty mapping where it has none)."""
-    nested = config_value(config, "eagle_config") or {}
-    return nested if isinstance(nested, Mapping) else {}
 
 
 def text_config_value(config, key, default=None):

@@ -14,6 +14,7 @@ the forward's real annotations to find its dynamic arguments.
 
 
 import copy
+import dataclasses
 import logging
 from collections.abc import Iterable
 
@@ -34,6 +35,8 @@ from vllm.model_executor.models.deepseek_v2 import DeepseekV2MLAAttention, Deeps
 from vllm.model_executor.models.utils import get_draft_quant_config, maybe_prefix
 
 from vllm_kimi_eagle import checkpoint, rope_override, top_tokens, vllm_compat
+from vllm_kimi_eagle.draft_config import DraftConfigError, parse_draft_config
+from vllm_kimi_eagle.draft_report import draft_report
 from vllm_kimi_eagle.draft_spec import (
     IGNORED_TENSORS,
     LAYER,
@@ -41,6 +44,8 @@ from vllm_kimi_eagle.draft_spec import (
     canonical_name,
     spec_from_config,
 )
+from vllm_kimi_eagle.draft_source import draft_config_json
+from vllm_kimi_eagle.served_draft import ServedDraft, attached
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 # Checkpoint tensors that vLLM keeps fused: canonical name part -> (vLLM part, shard).
@@ -56,29 +61,47 @@ TOP_LEVEL_PARAMS = {"lm_head.weight": "lm_head.weight", "d2t": "draft_id_to_targ
 MOVED_PARAMS = {"self_attn.g_proj.": "self_attn.mla_attn.g_proj."}
 
 
-def attention_config(config, spec: DraftSpec):
+def served_draft(draft_model_config) -> ServedDraft:
+    """What the speculative hook decided for this draft (``served_draft.py``); where it
+    did not run (a vLLM release it cannot hook), the same decisions, made here from the
+    draft folder's config.json."""
+    served = attached(draft_model_config.hf_config)
+    if served is not None:
+        return served
+    model = draft_model_config.model
+    found = draft_config_json(model, getattr(draft_model_config, "revision", None))
+    if found is None:
+        raise DraftConfigError(f"{model}: its config.json is neither in a local folder nor "
+                               "in the Hugging Face cache.")
+    raw, source = found
+    report = draft_report(parse_draft_config(raw, source), None, target_layers=None,
+                          target_hidden=None, target_vocab=None, can_capture_after_last=True)
+    return report.served(raw)
+
+
+def attention_config(config, spec: DraftSpec, rope_theta: float | None):
     """The config vLLM's MLA attention is built from: the draft's, and for a NoPE draft a
     copy with plain rope parameters, so that its softmax scale is 1/sqrt(d) without
     yarn's mscale (its rotary embedding is then removed)."""
     if not spec.nope:
         return config
     plain = copy.copy(config)
-    theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
-    plain.rope_parameters = {"rope_type": "default", "rope_theta": theta}
+    plain.rope_parameters = {"rope_type": "default", "rope_theta": rope_theta or 10000.0}
     return plain
 
 
 class Eagle3MLADecoderLayer(nn.Module):
     """MLA attention over concat[input_layernorm(embed), hidden_norm(h)], then a dense MLP."""
 
-    def __init__(self, vllm_config: VllmConfig, config, spec: DraftSpec, prefix: str):
+    def __init__(self, vllm_config: VllmConfig, config, spec: DraftSpec, prefix: str,
+                 rope_theta: float | None = None):
         super().__init__()
         quant_config = get_draft_quant_config(vllm_config)
         h, eps = spec.hidden_size, spec.rms_norm_eps
         self.norm_before_residual = spec.norm_before_residual
         self.self_attn = DeepseekV2MLAAttention(
             vllm_config=vllm_config,
-            config=attention_config(config, spec),
+            config=attention_config(config, spec, rope_theta),
             hidden_size=h,
             num_heads=spec.num_heads,
             qk_nope_head_dim=spec.qk_nope_head_dim,
@@ -86,7 +109,7 @@ class Eagle3MLADecoderLayer(nn.Module):
             v_head_dim=spec.v_head_dim,
             q_lora_rank=spec.q_lora_rank,
             kv_lora_rank=spec.kv_lora_rank,
-            max_position_embeddings=getattr(config, "max_position_embeddings", 8192),
+            max_position_embeddings=spec.max_position_embeddings,
             cache_config=vllm_config.cache_config,
             quant_config=quant_config,
             prefix=f"{prefix}.self_attn",
@@ -101,7 +124,7 @@ class Eagle3MLADecoderLayer(nn.Module):
         self.mlp = DeepseekV2MLP(
             hidden_size=h,
             intermediate_size=spec.intermediate_size,
-            hidden_act=getattr(config, "hidden_act", "silu"),
+            hidden_act="silu",  # the only activation spec_from_config accepts
             quant_config=quant_config,
             prefix=f"{prefix}.mlp",
         )
@@ -122,10 +145,13 @@ class Eagle3MLADecoderLayer(nn.Module):
 
 @support_torch_compile
 class Eagle3MLAModel(nn.Module):
-    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "", start_layer_id: int = 0):
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = "", start_layer_id: int = 0,
+                 served: ServedDraft | None = None):
         super().__init__()
-        config = vllm_config.speculative_config.draft_model_config.hf_config
-        spec = spec_from_config(config)
+        draft_model_config = vllm_config.speculative_config.draft_model_config
+        config = draft_model_config.hf_config
+        served = served or served_draft(draft_model_config)
+        spec = dataclasses.replace(spec_from_config(served.config()), nope=served.nope)
         self.spec = spec
         self.embed_tokens = VocabParallelEmbedding(
             spec.vocab_size, spec.hidden_size, prefix=maybe_prefix(prefix, "embed_tokens")
@@ -138,6 +164,7 @@ class Eagle3MLAModel(nn.Module):
                     config,
                     spec,
                     prefix=maybe_prefix(prefix, f"layers.{start_layer_id}"),
+                    rope_theta=served.rope_theta,
                 )
             ]
         )
@@ -203,12 +230,13 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         draft_model_config = vllm_config.speculative_config.draft_model_config
         self.config = draft_model_config.hf_config
         self.draft_path = draft_model_config.model
-        theta = rope_override.requested_rope_theta()
-        if theta is not None:
+        served = served_draft(draft_model_config)
+        written = served.config().config_rope_theta
+        if served.rope_theta is not None and served.rope_theta != written:
             logger.warning(
                 "vllm-kimi-eagle: the draft's rope base is %s from %s (config.json says %s)",
-                theta, rope_override.ROPE_THETA_ENV, rope_override.config_rope_theta(self.config))
-            rope_override.apply_rope_theta(self.config, theta)
+                served.rope_theta, rope_override.ROPE_THETA_ENV, written)
+            rope_override.apply_rope_theta(self.config, served.rope_theta)
         self.target_vocab_size = vllm_config.model_config.get_vocab_size()
         self.target_hidden_size = vllm_config.model_config.get_hidden_size()
         target_layers = vllm_compat.total_layers(vllm_config.model_config)
@@ -216,18 +244,13 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
             vllm_config=vllm_config,
             prefix=maybe_prefix(prefix, "model"),
             start_layer_id=target_layers,
+            served=served,
         )
         spec = self.spec = self.model.spec
         self.lm_head = ParallelLMHead(
             spec.draft_vocab_size, spec.hidden_size, prefix=maybe_prefix(prefix, "lm_head")
         )
-        logit_scale = getattr(self.config, "logit_scale", 1.0)
-        if logit_scale <= 0:
-            raise ValueError(
-                f"{self.draft_path}/config.json: logit_scale is {logit_scale}; it must be "
-                "positive (a non-positive scale reverses which draft token is greedy)."
-            )
-        self.logits_processor = LogitsProcessor(spec.draft_vocab_size, scale=logit_scale)
+        self.logits_processor = LogitsProcessor(spec.draft_vocab_size, scale=spec.logit_scale)
         if spec.pruned_vocab:
             self.draft_id_to_target_id = nn.Parameter(
                 torch.zeros(spec.draft_vocab_size, dtype=torch.long), requires_grad=False

@@ -14,8 +14,8 @@ carries the field was trained with RoPE. The decision, as data and one pure func
 4. otherwise NoPE, as written; said AMBIGUOUS, because the shipped K3 drafts' configs are
    not public and a TorchSpec draft whose export dropped its marker reads the same.
 
-The speculative hook writes the decision to the draft config (``mla_use_nope``) and logs
-it; ``inspect`` prints it; ``vllm-kimi-eagle eval`` can measure both readings.
+The speculative hook hands the decision to the draft class with the others
+(``served_draft.py``) and logs it; ``inspect`` prints it; ``vllm-kimi-eagle eval`` can measure both readings.
 """
 
 from __future__ import annotations
@@ -24,13 +24,16 @@ import os
 from dataclasses import dataclass
 
 from vllm_kimi_eagle import settings
-from vllm_kimi_eagle.config_access import config_value
+from collections.abc import Mapping
+
+from vllm_kimi_eagle.draft_config import DraftConfig, as_record
 
 NOPE_KEY = "mla_use_nope"
 NOPE_ENV = settings.DRAFT_NOPE.name
-# Tools known to write mla_use_nope without training by it: (name, marker field, source).
+# Tools known to write mla_use_nope without training by it: (name, marker field, its
+# fingerprint on the record, source).
 IGNORING_TOOLS = (
-    ("TorchSpec", "_torchspec_version",
+    ("TorchSpec", "_torchspec_version", lambda config: config.torchspec_marker,
      "lightseekorg/TorchSpec torchspec/models/draft/deepseek_eagle.py (builds the rotary "
      "embedding and yarn's mscale for every MLA draft; never reads mla_use_nope)"),
 )
@@ -53,16 +56,17 @@ class PositionDecision:
         return line
 
 
-def decide_positions(draft_config, environ=os.environ) -> PositionDecision:
-    written = bool(config_value(draft_config, NOPE_KEY))
+def decide_positions(draft_config: DraftConfig | Mapping, environ=os.environ) -> PositionDecision:
+    draft_config = as_record(draft_config)
+    written = bool(draft_config.mla_use_nope)
     asked = settings.value(settings.DRAFT_NOPE, environ)
     if asked is not None:
         return PositionDecision(asked, written, f"set by {NOPE_ENV}; config.json "
                                 f"{NOPE_KEY} is {str(written).lower()}")
     if not written:
         return PositionDecision(False, False, f"config.json does not set {NOPE_KEY}")
-    for tool, marker, source in IGNORING_TOOLS:
-        if config_value(draft_config, marker) is not None:
+    for tool, marker, marked, source in IGNORING_TOOLS:
+        if marked(draft_config):
             return PositionDecision(False, True, f"config.json sets {NOPE_KEY}, but {tool} "
                                     f"wrote it ({marker}), which trains with RoPE ({source})")
     return PositionDecision(True, True, f"config.json sets {NOPE_KEY}", ambiguous=True)

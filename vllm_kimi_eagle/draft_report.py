@@ -1,8 +1,9 @@
 """What vLLM will make of a draft: one pure function, read by ``inspect`` and the runtime.
 
 ``vllm-kimi-eagle inspect`` prints this report and the speculative-config hook acts on
-it (writes the capture ids, refuses a checkpoint with problems), so the two cannot
-disagree. The inputs are read elsewhere: configs (object or dict), safetensors headers
+it (writes the capture ids, hands the decisions to the draft class, refuses a checkpoint
+with problems), so the two cannot disagree. Its inputs are read elsewhere: the draft's
+validated config record (``draft_config.py``), its safetensors headers
 (``draft_source.py``), the target's size.
 """
 
@@ -11,20 +12,31 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from vllm_kimi_eagle import checkpoint
-from vllm_kimi_eagle.config_access import config_value
-from vllm_kimi_eagle.draft_spec import DraftConfigError, DraftSpec, spec_from_config
-from vllm_kimi_eagle.layer_ids import LayerIdDecision, LayerIdError, resolve_layer_ids
+from vllm_kimi_eagle import checkpoint, rope_override
+from vllm_kimi_eagle.draft_config import DraftConfig, DraftConfigError
+from vllm_kimi_eagle.draft_positions import PositionDecision, decide_positions
+from vllm_kimi_eagle.draft_spec import DraftSpec, spec_from_config
+from vllm_kimi_eagle.layer_ids import (
+    LayerIdDecision,
+    LayerIdError,
+    explicit_convention,
+    resolve_layer_ids,
+)
+from vllm_kimi_eagle.served_draft import ServedDraft
 
 
 @dataclass(frozen=True)
 class DraftReport:
+    config: DraftConfig
     spec: DraftSpec | None
     decision: LayerIdDecision | None
+    positions: PositionDecision
+    rope_theta: float | None  # the rope base served
     config_error: DraftConfigError | None = None
     layer_id_error: LayerIdError | None = None
     tensor_problems: tuple[str, ...] = ()
     header_error: str | None = None  # a local checkpoint whose headers cannot be read
+    states_convention: bool = False  # the environment or config.json names the convention
 
     @property
     def problems(self) -> list[str]:
@@ -34,11 +46,25 @@ class DraftReport:
         return found + list(self.tensor_problems)
 
 
+    @property
+    def layer_ids_line(self) -> str:
+        return self.decision.log_line() if self.decision else ""
+
+    @property
+    def positions_line(self) -> str:
+        return self.positions.log_line()
+
+    def served(self, raw: dict) -> ServedDraft:
+        """The decisions the draft class needs, with the config.json they were made on."""
+        return ServedDraft(raw, self.config.source,
+                           self.decision.capture_ids if self.decision else None,
+                           self.positions.nope, self.rope_theta)
+
+
 def draft_report(
-    config,
+    config: DraftConfig,
     tensors: dict[str, checkpoint.TensorInfo] | None,
     *,
-    source: str,
     target_layers: int | None,
     target_hidden: int | None,
     target_vocab: int | None,
@@ -46,15 +72,16 @@ def draft_report(
     header_error: str | None = None,
     environ=os.environ,
 ) -> DraftReport:
-    """The draft's spec, the layers vLLM must capture and every problem found.
+    """The draft's spec, the layers vLLM must capture, how it reads positions, its rope
+    base and every problem found.
 
     ``tensors`` None: the headers could not be read, and the tensor checks are skipped
-    (loading still checks every tensor). ``source`` names the config file in messages.
+    (loading still checks every tensor).
     """
     known = tensors or {}
     spec, config_error, problems = None, None, ()
     try:
-        spec = spec_from_config(config, source=source)
+        spec = spec_from_config(config)
     except DraftConfigError as err:
         config_error = err
     if spec is not None and tensors:
@@ -68,10 +95,12 @@ def draft_report(
             can_capture_after_last=can_capture_after_last,
             fc_in_features=checkpoint.fc_in_features(known),
             layer_prefix=checkpoint.layer_prefix(known),
-            target_hidden_size=target_hidden or config_value(config, "target_hidden_size")
-            or config_value(config, "hidden_size"),
+            target_hidden_size=target_hidden or config.target_hidden_size or config.hidden_size,
             environ=environ,
         )
     except LayerIdError as err:
         layer_id_error = err
-    return DraftReport(spec, decision, config_error, layer_id_error, problems, header_error)
+    return DraftReport(config, spec, decision, decide_positions(config, environ),
+                       rope_override.served_rope_theta(config, environ), config_error,
+                       layer_id_error, problems, header_error,
+                       explicit_convention(config, environ)[0] is not None)

@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 
 from vllm_kimi_eagle import checkpoint, hf_cache
+from vllm_kimi_eagle.draft_config import load_config_json
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,18 @@ def draft_headers(model: str, revision: str | None = None) -> DraftHeaders:
     if cached:
         return DraftHeaders(checkpoint.read_checkpoint(cached), "Hugging Face cache")
     return hub_metadata(model, revision)
+
+
+def draft_config_json(model: str, revision: str | None = None) -> tuple[object, str] | None:
+    """The draft's config.json as JSON and its path: from a local folder, or the Hugging
+    Face cache where vLLM has just fetched it; None where it is in neither."""
+    if is_local(model):
+        path = os.path.join(model, "config.json")
+    else:
+        path = hf_cache.cached_file(model, "config.json", revision)
+        if path is None:
+            return None
+    return load_config_json(path), path
 
 
 def hub_metadata(repo_id: str, revision: str | None) -> DraftHeaders:

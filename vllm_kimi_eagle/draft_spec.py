@@ -1,9 +1,12 @@
-"""What a one-layer EAGLE3 draft is, read from its config once: dimensions, flags, tensors.
+"""What a one-layer EAGLE3 draft is, from its validated config record: dimensions, flags,
+tensors.
 
 Pure functions only. The vLLM draft class, the pure-PyTorch reference, the checkpoint
-checks and ``vllm-kimi-eagle inspect`` all read a draft through :func:`spec_from_config`,
-so they agree on what the draft's tensors and forward pass must be. Every config field that
-changes the forward pass is read here, or refused here by name (``REFUSED_FIELDS``).
+checks and ``vllm-kimi-eagle inspect`` all read a draft through :func:`spec_from_config`
+over the record ``draft_config.parse_draft_config`` made, so they agree on what the
+draft's tensors and forward pass must be. The record has checked every field's type and
+range; this module decides what the fields mean together, and refuses what the plugin's
+class does not implement (``REFUSED_FIELDS``, an activation other than silu).
 
 MLA drafts (``attention == "mla"``) are the plugin's; Llama-architecture EAGLE3 drafts
 (``"gqa"``, ``LlamaForCausalLMEagle3``) are read too, for the reference that trains the
@@ -12,10 +15,10 @@ tiny ones: vLLM serves them with its own class.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vllm_kimi_eagle.config_access import config_value, eagle_config
-from vllm_kimi_eagle.layer_ids import written_ids
+from vllm_kimi_eagle.draft_config import DraftConfig, DraftConfigError, as_record
 from vllm_kimi_eagle.quantization import (
     Quantization,
     QuantizationConfigError,
@@ -35,10 +38,6 @@ IGNORED_TENSORS = frozenset({"t2d"})
 SHAREABLE_TENSORS = frozenset({"embed_tokens.weight", "lm_head.weight"})
 # Number of captured target layers when a draft names none (vLLM's default).
 DEFAULT_NUM_AUX = 3
-
-
-class DraftConfigError(ValueError):
-    """A draft config that cannot describe an MLA EAGLE3 draft."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +71,8 @@ class DraftSpec:
     # (the final norm before the LM head): Model-Optimizer's names, True in every Kimi draft.
     hidden_norm: bool = True
     final_norm: bool = True
+    logit_scale: float = 1.0
+    max_position_embeddings: int = 8192
 
     @property
     def pruned_vocab(self) -> bool:
@@ -79,29 +80,35 @@ class DraftSpec:
 
 
 # Config fields that change the forward pass in a way the plugin does not implement:
-# (where, bad value or None for "any true value", why).
+# (where, the record's value, why).
 REFUSED_FIELDS = (
-    ("eagle_config.use_mtp_layernorm", None,
+    ("eagle_config.use_mtp_layernorm", lambda c: c.nested.use_mtp_layernorm,
      "EAGLE-1/MTP norms of the embedding and hidden state before fc; an EAGLE3 draft with "
      "captured target states has none (Model-Optimizer does not build them for EAGLE3)"),
 )
 ACTIVATIONS = ("silu",)
 LLAMA_TYPES = ("llama",)
+# Architectures a draft's config.json may name: vLLM serves each as an EAGLE3 draft
+# (it renames X to Eagle3X unless the name starts or ends with Eagle3).
+MLA_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM",
+                     "DeepseekV3ForCausalLMEagle3", "DeepseekV2ForCausalLM",
+                     "DeepseekV3ForCausalLM")
+LLAMA_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "LlamaForCausalLM")
 
 
-def _flag(config, key: str, default: bool) -> bool:
-    """A boolean of the config's eagle_config (or top level), ``default`` when unset."""
-    for value in (eagle_config(config).get(key), config_value(config, key)):
-        if value is not None:
-            return bool(value)
-    return default
+def _flag(value: bool | None, default: bool) -> bool:
+    return default if value is None else value
 
 
-def spec_from_config(config, source: str = "the draft config") -> DraftSpec:
-    """Read a draft config (object or dict) into a DraftSpec; errors name the field."""
+def spec_from_config(config: DraftConfig | Mapping, source: str = "the draft config") -> DraftSpec:
+    """The DraftSpec of a draft's validated config (a raw config.json dict is parsed
+    first); a config that cannot describe a draft the plugin reads is a DraftConfigError
+    naming the file and the field."""
+    config = as_record(config, source)
+    source = config.source
 
     def required(key):
-        value = config_value(config, key)
+        value = getattr(config, key)
         if value is None:
             raise DraftConfigError(
                 f"{source}: field {key!r} is missing; an MLA EAGLE3 draft config must "
@@ -109,64 +116,66 @@ def spec_from_config(config, source: str = "the draft config") -> DraftSpec:
             )
         return value
 
-    for where, bad, why in REFUSED_FIELDS:
-        key = where.split(".")[-1]
-        value = eagle_config(config).get(key) if where.startswith("eagle_config.") else \
-            config_value(config, key)
-        if (bad is None and value) or (bad is not None and value == bad):
+    architecture = config.architecture
+    if architecture is not None and architecture not in MLA_ARCHITECTURES + LLAMA_ARCHITECTURES:
+        raise DraftConfigError(
+            f"{source}: field 'architectures' is {config.architectures}: "
+            f"{architecture!r} is not an EAGLE3 draft architecture the plugin knows (MLA: "
+            f"{', '.join(MLA_ARCHITECTURES)}; Llama: {', '.join(LLAMA_ARCHITECTURES)}). "
+            "Use the architecture its training tool wrote.")
+    for where, value_of, why in REFUSED_FIELDS:
+        value = value_of(config)
+        if value:
             raise DraftConfigError(
                 f"{source}: {where} is {value!r}: {why}. The plugin serves no such draft; "
                 "remove the field if the draft was not trained with it.")
-    activation = config_value(config, "hidden_act") or "silu"
+    activation = config.hidden_act or "silu"
     if activation not in ACTIVATIONS:
         raise DraftConfigError(
             f"{source}: hidden_act is {activation!r}; the draft's MLP is built for "
             f"{', '.join(ACTIVATIONS)} (vLLM's DeepSeek MLP), so this draft would be served "
             "with another activation than it was trained with.")
-    hidden = int(required("hidden_size"))
-    vocab = int(required("vocab_size"))
-    ids, _ = written_ids(config)
-    num_aux = config_value(config, "num_aux_hidden_states") or (
-        len(ids) if ids else DEFAULT_NUM_AUX
-    )
+    hidden = required("hidden_size")
+    vocab = required("vocab_size")
+    ids, _ = config.written_ids
     try:
-        quantization = quantization_from_config(config, source)
+        quantization = quantization_from_config(config.quantization_config, source)
     except QuantizationConfigError as err:
         raise DraftConfigError(str(err)) from None
-    heads = int(required("num_attention_heads"))
+    heads = required("num_attention_heads")
+    nested = config.nested
     common = dict(
         hidden_size=hidden,
-        target_hidden_size=int(config_value(config, "target_hidden_size") or hidden),
-        intermediate_size=int(required("intermediate_size")),
+        target_hidden_size=config.target_hidden_size or hidden,
+        intermediate_size=required("intermediate_size"),
         num_heads=heads,
         vocab_size=vocab,
-        draft_vocab_size=int(config_value(config, "draft_vocab_size") or vocab),
-        num_aux=int(num_aux),
-        rms_norm_eps=float(config_value(config, "rms_norm_eps") or 1e-6),
-        fc_norm=bool(config_value(config, "fc_norm") or config_value(config, "use_aux_norm")),
-        norm_output=bool(config_value(config, "norm_output")),
-        norm_before_residual=bool(config_value(config, "norm_before_residual")),
+        draft_vocab_size=config.draft_vocab_size or vocab,
+        num_aux=config.num_aux_hidden_states or (len(ids) if ids else DEFAULT_NUM_AUX),
+        rms_norm_eps=config.rms_norm_eps or 1e-6,
+        fc_norm=bool(config.fc_norm or config.use_aux_norm),
+        norm_output=bool(config.norm_output),
+        norm_before_residual=bool(config.norm_before_residual),
         quantization=quantization,
-        hidden_norm=_flag(config, "use_input_layernorm_in_first_layer", True),
-        final_norm=_flag(config, "use_last_layernorm", True),
+        hidden_norm=_flag(nested.use_input_layernorm_in_first_layer, True),
+        final_norm=_flag(nested.use_last_layernorm, True),
+        logit_scale=config.logit_scale or 1.0,
+        max_position_embeddings=config.max_position_embeddings or 8192,
     )
-    if config_value(config, "kv_lora_rank") is None and \
-            config_value(config, "model_type") in LLAMA_TYPES:
-        head_dim = int(config_value(config, "head_dim") or hidden // heads)
+    if config.kv_lora_rank is None and config.model_type in LLAMA_TYPES:
+        head_dim = config.head_dim or hidden // heads
         return DraftSpec(**common, q_lora_rank=None, kv_lora_rank=0, qk_nope_head_dim=0,
                          qk_rope_head_dim=head_dim, v_head_dim=head_dim, attention="gqa",
-                         num_kv_heads=int(config_value(config, "num_key_value_heads") or heads),
-                         head_dim=head_dim)
-    q_lora = config_value(config, "q_lora_rank")
+                         num_kv_heads=config.num_key_value_heads or heads, head_dim=head_dim)
     return DraftSpec(
         **common,
-        q_lora_rank=int(q_lora) if q_lora is not None else None,
-        kv_lora_rank=int(required("kv_lora_rank")),
-        qk_nope_head_dim=int(required("qk_nope_head_dim")),
-        qk_rope_head_dim=int(required("qk_rope_head_dim")),
-        v_head_dim=int(required("v_head_dim")),
-        nope=bool(config_value(config, "mla_use_nope")),
-        output_gate=bool(config_value(config, "mla_use_output_gate")),
+        q_lora_rank=config.q_lora_rank,
+        kv_lora_rank=required("kv_lora_rank"),
+        qk_nope_head_dim=required("qk_nope_head_dim"),
+        qk_rope_head_dim=required("qk_rope_head_dim"),
+        v_head_dim=required("v_head_dim"),
+        nope=bool(config.mla_use_nope),
+        output_gate=bool(config.mla_use_output_gate),
     )
 
 

@@ -48,6 +48,19 @@ def cached_snapshot(repo_id: str, revision: str | None,
     return folder if holds(folder, files) else None
 
 
+def cached_file(repo_id: str, filename: str, revision: str | None) -> str | None:
+    """The cached copy of one file of ``repo_id`` at ``revision``, or None."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    try:
+        found = try_to_load_from_cache(repo_id, filename, revision=revision)
+    except (ValueError, OSError):  # not a hub id
+        return None
+    return found if isinstance(found, str) else None
+
+
 def holds(folder: str, files: tuple[str, ...]) -> bool:
     """Whether a folder holds a config.json and, if ``files`` asks for weights, all of
     them (every shard its index lists, or a .safetensors file). A cache entry left by

@@ -26,14 +26,19 @@ fingerprint, ids that are neither tool's default), the decision says so: it is
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from vllm_kimi_eagle import settings
-from vllm_kimi_eagle.config_access import config_value, eagle_config
+from vllm_kimi_eagle.draft_config import (
+    CONVENTION_KEY,
+    IDS_KEY,
+    TOP_IDS,
+    DraftConfig,
+    DraftConfigError,
+    as_record,
+)
 
-IDS_KEY = "eagle_aux_hidden_state_layer_ids"
-CONVENTION_KEY = "eagle_aux_hidden_state_layer_ids_convention"
 CONVENTION_ENV = settings.LAYER_IDS.name
 OUTPUT_OF = "output-of"
 INPUT_OF = "input-of"
@@ -45,22 +50,21 @@ OTHER = {OUTPUT_OF: INPUT_OF, INPUT_OF: OUTPUT_OF}
 TOP, NESTED = "top-level", "eagle_config"
 
 
-class LayerIdError(ValueError):
+class LayerIdError(DraftConfigError):
     """Layer ids that would make vLLM capture layers the draft was not trained on."""
 
 
 # ---- the training tools, as data ---------------------------------------------------------
-def _modelopt_marker(config) -> bool:
-    return any(k in eagle_config(config) for k in
-               ("next_layer_regular", "parallel_draft_step", "parallel_draft_heads_num_layers"))
+def _modelopt_marker(config: DraftConfig) -> bool:
+    return config.nested.modelopt_marker
 
 
-def _specforge_marker(config) -> bool:
-    return "DeepseekV3ForCausalLMEagle3" in (config_value(config, "architectures") or ())
+def _specforge_marker(config: DraftConfig) -> bool:
+    return config.specforge_marker
 
 
-def _torchspec_marker(config) -> bool:
-    return config_value(config, "_torchspec_version") is not None
+def _torchspec_marker(config: DraftConfig) -> bool:
+    return config.torchspec_marker
 
 
 @dataclass(frozen=True)
@@ -70,7 +74,7 @@ class ToolExport:
     tool: str
     marker: str  # the fingerprint, in words
     source: str  # where the facts were read
-    matches: Callable[[object], bool]  # the fingerprint on the config
+    matches: Callable[[DraftConfig], bool]  # the fingerprint on the record
     ids_at: tuple[str, ...]  # where this export writes ids (TOP, NESTED)
     convention: str
     layer_prefix: str | None = None  # the tensor prefix this export writes; None: any
@@ -122,16 +126,9 @@ def _model_type_fits(row: ToolExport, model_type) -> bool:
     return model_type not in row.not_model_types
 
 
-def draft_model_type(draft_config):
-    """The draft's own model_type (inside vLLM's ``eagle`` wrapper config, if wrapped)."""
-    model_type = config_value(draft_config, "model_type")
-    inner = config_value(draft_config, "model") if model_type == "eagle" else None
-    return config_value(inner, "model_type", model_type) if inner is not None else model_type
-
-
-def tool_readings(draft_config, layer_prefix: str | None) -> list[ToolExport]:
+def tool_readings(draft_config: DraftConfig, layer_prefix: str | None) -> list[ToolExport]:
     """The tool exports this config can be; several when the tensor layout is unknown."""
-    model_type = draft_model_type(draft_config)
+    model_type = draft_config.model_type
     rows = [r for r in TOOL_EXPORTS if r.matches(draft_config) and _model_type_fits(r, model_type)]
     if layer_prefix is None:
         return rows
@@ -195,41 +192,17 @@ def tools_default_ids(num_layers: int) -> list[int]:
     return sorted({1, num_layers // 2 - 1, num_layers - 4})
 
 
-def written_ids(draft_config) -> tuple[list[int] | None, str]:
-    """The ids as written and where: top level first (what vLLM reads first), then nested."""
-    ids = config_value(draft_config, IDS_KEY)
-    if ids:
-        return [int(i) for i in ids], IDS_KEY
-    nested = eagle_config(draft_config).get(IDS_KEY)
-    if nested:
-        return [int(i) for i in nested], f"eagle_config.{IDS_KEY}"
-    return None, "none"
-
-
-def explicit_convention(draft_config, environ=os.environ) -> tuple[str | None, str]:
-    """An explicit convention and who set it: the environment, then the draft config."""
-    candidates = (
-        (settings.value(settings.LAYER_IDS, environ), f"environment variable {CONVENTION_ENV}"),
-        (config_value(draft_config, CONVENTION_KEY), f"config.json {CONVENTION_KEY}"),
-        (eagle_config(draft_config).get(CONVENTION_KEY),
-         f"config.json eagle_config.{CONVENTION_KEY}"),
-    )
-    for value, who in candidates:
-        if value is None or str(value).strip().lower() in ("", "auto"):
-            continue
-        value = str(value).strip().lower().replace("_", "-").removesuffix("-layer")
-        if value not in CONVENTIONS:
-            raise LayerIdError(
-                f"{who} is {value!r}; use 'output-of' (ids name the layer whose output "
-                "the draft was trained on: SpecForge, TorchSpec, Model-Optimizer), "
-                "'input-of' (vLLM's own meaning) or 'auto'."
-            )
-        return value, who
-    return None, ""
+def explicit_convention(draft_config: DraftConfig, environ=os.environ) -> tuple[str | None, str]:
+    """An explicit convention and who set it: the environment, then the draft config (the
+    record has checked its spelling)."""
+    asked = settings.value(settings.LAYER_IDS, environ)
+    if asked not in (None, "auto"):
+        return asked, f"environment variable {CONVENTION_ENV}"
+    return draft_config.written_convention
 
 
 def resolve_layer_ids(
-    draft_config,
+    draft_config: DraftConfig | Mapping,
     num_target_layers: int | None,
     *,
     can_capture_after_last: bool = True,
@@ -244,14 +217,15 @@ def resolve_layer_ids(
     is the checkpoint's decoder-layer tensor prefix (``midlayer.`` or ``layers.0.``)
     when its headers could be read; it tells TorchSpec's two exports apart.
     """
-    as_written, source = written_ids(draft_config)
+    draft_config = as_record(draft_config)
+    as_written, source = draft_config.written_ids
     if as_written is None:
         default = vllm_default_ids(num_target_layers) if num_target_layers else None
         decision = LayerIdDecision(
             None, source, "vllm-default", default, "the draft config names no ids"
         )
     else:
-        written = _as_set_in_layer_order(as_written, source)
+        written = sorted(as_written)
         convention, reason, rule, tool, ambiguous = _convention(
             draft_config, written, source, num_target_layers, layer_prefix, environ
         )
@@ -275,12 +249,15 @@ def _capture(written: list[int], convention: str) -> list[int]:
 def _convention(config, written, source, layers, layer_prefix, environ):
     """(convention, reason, rule, tool, ambiguous) for ids that are present."""
     convention, who = explicit_convention(config, environ)
-    if convention:
-        return convention, f"set by {who}", "explicit", None, False
-    place = TOP if source == IDS_KEY else NESTED
+    place = TOP if source == TOP_IDS else NESTED
     readings = tool_readings(config, layer_prefix)
     covering = [r for r in readings if place in r.ids_at]
     conventions = {r.convention for r in covering}
+    if convention and who.startswith("config.json") and len(conventions) == 1 \
+            and convention not in conventions:
+        raise LayerIdError(_contradiction(config, source, who, convention, covering[0]))
+    if convention:
+        return convention, f"set by {who}", "explicit", None, False
     if covering and len(conventions) == 1:
         row = covering[0]
         tool = row.tool if len(covering) == 1 else row.tool.split(" (")[0]
@@ -306,15 +283,17 @@ def _convention(config, written, source, layers, layer_prefix, environ):
     return convention, reason, "sglang-heuristic", tool, not known_default
 
 
-def _as_set_in_layer_order(ids: list[int], source: str) -> list[int]:
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
-    if duplicates:
-        raise LayerIdError(
-            f"draft config {source} = {ids}: id(s) {duplicates} appear more than once; each "
-            "id names one captured target layer and the draft's fc takes one state per id. "
-            "Fix the list in the draft's config.json."
-        )
-    return sorted(ids)
+def _contradiction(config: DraftConfig, source: str, who: str, convention: str,
+                   row: ToolExport) -> str:
+    """A convention in config.json that says the opposite of the tool that wrote the ids."""
+    return (
+        f"{config.source}: {who} says {convention!r}, but the ids in {source} were written "
+        f"by {row.tool.split(' (')[0]} ({row.marker}), which writes them {row.convention}; "
+        f"the two readings capture different layers. Remove the key if the draft is as the "
+        f"tool exported it; if its ids were renumbered after export, set "
+        f"{CONVENTION_ENV}={convention} when serving (the environment decides over both), "
+        "or measure with `vllm-kimi-eagle calibrate`."
+    )
 
 
 def _in_range(capture: list[int], layers: int | None, can_capture_after_last: bool) -> bool:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from vllm_kimi_eagle.config_access import config_value
 
 
 class QuantizationConfigError(ValueError):
@@ -44,17 +43,17 @@ CHECKED = ("fp8 with weight_block_size and dynamic activations (DeepSeek's block
            "activation scales")
 
 
-def quantization_from_config(config, source: str = "the draft config") -> Quantization | None:
-    """The draft's quantization scheme, None when unquantized; a scheme whose tensors the
-    plugin does not know is an error naming it (never a silent acceptance)."""
-    raw = config_value(config, "quantization_config")
-    if not raw:
+def quantization_from_config(raw, source: str = "the draft config") -> Quantization | None:
+    """The draft's quantization scheme from its validated ``quantization_config``
+    (``draft_config.QuantizationConfig``), None when unquantized; a scheme whose tensors
+    the plugin does not know is an error naming it (never a silent acceptance)."""
+    if raw is None:
         return None
-    method = str(raw.get("quant_method", "")).lower()
+    method = raw.quant_method.lower()
     found = None
-    if method == "fp8" and raw.get("weight_block_size") \
-            and raw.get("activation_scheme", "dynamic") == "dynamic":
-        found = Quantization("fp8-block", tuple(int(b) for b in raw["weight_block_size"]))
+    if method == "fp8" and raw.weight_block_size \
+            and (raw.activation_scheme or "dynamic") == "dynamic":
+        found = Quantization("fp8-block", tuple(raw.weight_block_size))
     elif method == "compressed-tensors":
         found = _compressed_tensors(raw)
     if found is None:
@@ -66,14 +65,13 @@ def quantization_from_config(config, source: str = "the draft config") -> Quanti
     return found
 
 
-def _compressed_tensors(raw: dict) -> Quantization | None:
-    groups = list((raw.get("config_groups") or {}).values())
-    if len(groups) != 1:
+def _compressed_tensors(raw) -> Quantization | None:
+    groups = list((raw.config_groups or {}).values())
+    if len(groups) != 1 or groups[0].weights is None:
         return None
-    weights = groups[0].get("weights") or {}
-    inputs = groups[0].get("input_activations") or {}
-    if (weights.get("type"), weights.get("num_bits"), weights.get("strategy")) != (
-            "int", 8, "channel") or not inputs.get("dynamic", False):
+    weights, inputs = groups[0].weights, groups[0].input_activations
+    if (weights.type, weights.num_bits, weights.strategy) != ("int", 8, "channel") \
+            or inputs is None or not inputs.dynamic:
         return None
     return Quantization("int8-channel")
 

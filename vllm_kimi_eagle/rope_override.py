@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from vllm_kimi_eagle import settings
-from vllm_kimi_eagle.config_access import config_value
+from vllm_kimi_eagle.draft_config import DraftConfig
 
 ROPE_THETA_ENV = settings.DRAFT_ROPE_THETA.name
 
@@ -25,14 +25,15 @@ def requested_rope_theta(environ=os.environ) -> float | None:
     return settings.value(settings.DRAFT_ROPE_THETA, environ)
 
 
-def config_rope_theta(config) -> float | None:
-    """The draft config's rope base (``rope_parameters`` first, then ``rope_theta``)."""
-    parameters = config_value(config, "rope_parameters") or {}
-    return parameters.get("rope_theta", config_value(config, "rope_theta"))
+def served_rope_theta(config: DraftConfig, environ=os.environ) -> float | None:
+    """The rope base the draft is served with: the one asked for, else config.json's."""
+    asked = requested_rope_theta(environ)
+    return config.config_rope_theta if asked is None else asked
 
 
 def apply_rope_theta(config, theta: float) -> None:
-    """Make the draft's attention use ``theta`` (vLLM builds rope from rope_parameters)."""
+    """Make vLLM's config object of the draft use ``theta`` (vLLM builds rope from
+    rope_parameters)."""
     parameters = getattr(config, "rope_parameters", None)
     if isinstance(parameters, dict):
         parameters["rope_theta"] = theta

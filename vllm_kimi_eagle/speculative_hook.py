@@ -6,18 +6,22 @@ vLLM has read and wrapped the draft's config, before an engine starts or a weigh
 
 1. for every speculative method, on the CPU build, one line says that vLLM's rejection
    sampler is mended (``cpu_sampler.py``; register() installed it in every process);
-2. for EAGLE3 only: an MLA draft's positions are decided, NoPE or RoPE
-   (``draft_positions.py``), and its safetensors headers are read (local folder, HF
-   cache or hub metadata), for no other draft;
-3. the draft's layer ids are resolved (``layer_ids.py``) and written to the draft
-   config's top-level ``eagle_aux_hidden_state_layer_ids``, the one place every vLLM
-   runner reads, so the engine captures the layers the draft was trained on;
+2. for EAGLE3 drafts the plugin acts on (Kimi and DeepSeek targets, the plugin's MLA
+   drafts, a draft that states its layer-id convention), the draft's config.json is read
+   and validated once (``draft_config.py``), with its safetensors headers for the MLA
+   drafts only, into the report ``inspect`` prints (``draft_report.py``): the spec, the
+   layer ids (``layer_ids.py``), NoPE or RoPE (``draft_positions.py``), the rope base;
+3. the capture ids are written to the draft config's top-level
+   ``eagle_aux_hidden_state_layer_ids``, the one place every vLLM runner reads, and the
+   decisions the draft class needs travel with the draft's config (``served_draft.py``);
 4. a k schedule (``num_speculative_tokens_per_batch_size``) that vLLM would refuse only
    after loading the weights is refused;
 5. with the plugin's draft class, the checkpoint is checked against its config (the class
    checks again while loading), a quantized draft this platform would not serve right is
    refused (``quantization.py``), and vLLM's proposer is told to use the class's greedy
    shortcut unless the user set the switch or vLLM rejects it (``shortcut_policy.py``).
+A draft that cannot be served right stops here with one error naming the file and field;
+anything else that goes wrong here is the plugin's fault and says so (``PluginHookError``).
 How the MLA backend verifies draft tokens is logged by the engine, once it knows its
 backend (``cpu_mla_verify.py``).
 """
@@ -29,22 +33,25 @@ import dataclasses
 import functools
 import json
 import logging
-import os
+from dataclasses import dataclass
 
 from vllm_kimi_eagle import (
     checkpoint,
     cpu_mla_verify,
     cpu_sampler,
     quantization,
+    settings,
     shortcut_policy,
     vllm_compat,
 )
 from vllm_kimi_eagle.architectures import DRAFT_ENV, PLUGIN_DRAFT_ARCHITECTURES
-from vllm_kimi_eagle.draft_positions import NOPE_KEY, decide_positions
+from vllm_kimi_eagle.draft_config import DraftConfigError, parse_draft_config
+from vllm_kimi_eagle.draft_positions import NOPE_KEY
 from vllm_kimi_eagle.draft_report import DraftReport, draft_report
-from vllm_kimi_eagle.draft_source import DraftHeaders, draft_headers
-from vllm_kimi_eagle.layer_ids import explicit_convention
+from vllm_kimi_eagle.draft_source import DraftHeaders, draft_config_json, draft_headers
+from vllm_kimi_eagle.layer_ids import LayerIdError
 from vllm_kimi_eagle.patching import wrap_method
+from vllm_kimi_eagle.served_draft import CHANNEL
 from vllm_kimi_eagle.shortcut_policy import FLAG
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
@@ -54,12 +61,24 @@ logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 KIMI_DEEPSEEK_TARGETS = frozenset(
     {"kimi_k2", "kimi_k25", "kimi_k3", "deepseek_v2", "deepseek_v3", "deepseek_v32"}
 )
-# Set on the draft's hf_config once resolved: the ids are never shifted twice.
-RESOLVED_MARK = "vllm_kimi_eagle_layer_ids"
 # Names of the fields the user passed to the SpeculativeConfig being built (None: unknown).
 _USER_GIVEN: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar(
     "vllm_kimi_eagle_user_given", default=None
 )
+
+
+class ScheduleError(ValueError):
+    """A k schedule vLLM would refuse once its scheduler starts."""
+
+
+class DraftRefusedError(Exception):
+    """The plugin refuses to serve a draft as configured; the message names the file and
+    the field. Not a ValueError, so that pydantic (SpeculativeConfig is a pydantic
+    dataclass) passes it on as it is instead of wrapping it in a ValidationError."""
+
+
+class PluginHookError(RuntimeError):
+    """Something failed inside the plugin's hook that says nothing about the draft."""
 
 
 @functools.lru_cache(maxsize=8)
@@ -67,91 +86,105 @@ def _cached_headers(model: str, revision: str | None) -> DraftHeaders:
     return draft_headers(model, revision)
 
 
-def _headers(draft) -> DraftHeaders:
-    """The draft's safetensors headers, read once per process and draft."""
-    return _cached_headers(draft.model, getattr(draft, "revision", None))
+@dataclass(frozen=True)
+class DraftAtHand:
+    """What the hook reads off vLLM's speculative config, once, as plain values."""
+
+    model: str
+    revision: str | None
+    mla: bool  # one of the MLA EAGLE3 architectures the plugin knows
+    ours: bool  # served by the plugin's class
+    kimi_target: bool  # a Kimi or DeepSeek target: layer ids handled unasked
+    target_layers: int
+    target_hidden: int
+    target_vocab: int
+    dtype: str
+    hf_config: object  # vLLM's draft config object, which the hook writes to
+    decided: bool  # the hook has run for this draft config already
 
 
-def is_mla_draft(spec_config) -> bool:
-    """The draft's architecture is one of the MLA EAGLE3 drafts the plugin knows."""
-    return bool(PLUGIN_DRAFT_ARCHITECTURES
-                & set(spec_config.draft_model_config.architectures or ()))
-
-
-def headers_for(spec_config) -> DraftHeaders:
-    """The draft's safetensors headers, read only for the MLA drafts the plugin knows
-    (their layer prefix tells the training tool; their tensors are checked): nothing is
-    read, locally or from the hub, for any other draft."""
-    if not is_mla_draft(spec_config):
-        return DraftHeaders(None, "not read: not an MLA EAGLE3 draft")
-    return _headers(spec_config.draft_model_config)
-
-
-def report_for(spec_config, headers: DraftHeaders) -> DraftReport:
-    """What vLLM will make of this draft: the report ``inspect`` prints, from the configs
-    vLLM has read and the draft's headers."""
+def draft_at_hand(spec_config, ours: bool) -> DraftAtHand:
     draft, target = spec_config.draft_model_config, spec_config.target_model_config
+    mla = bool(PLUGIN_DRAFT_ARCHITECTURES & set(draft.architectures or ()))
+    return DraftAtHand(
+        draft.model, getattr(draft, "revision", None), mla, ours and mla,
+        getattr(target.hf_config, "model_type", None) in KIMI_DEEPSEEK_TARGETS,
+        vllm_compat.total_layers(target), target.get_hidden_size(), target.get_vocab_size(),
+        str(draft.dtype).removeprefix("torch."), draft.hf_config,
+        getattr(draft.hf_config, CHANNEL, None) is not None)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the hook does for one draft: its report, or why it leaves the draft alone."""
+
+    report: DraftReport | None  # None: the plugin does not act on this draft
+    headers: DraftHeaders | None
+    raw: dict | None  # config.json as read
+    acts_on_ids: bool = False
+    why_not: str = ""
+
+
+def plan_for(draft: DraftAtHand) -> Plan:
+    """Read the draft's config.json once (folder, Hugging Face cache, or as vLLM read it)
+    and, for the MLA drafts the plugin knows, its safetensors headers; report. Drafts the
+    plugin does not act on (another target's, served by vLLM's class, stating no
+    convention) are vLLM's to judge, a malformed config.json included."""
+    found = draft_config_json(draft.model, draft.revision)
+    if found is None:
+        inner = getattr(draft.hf_config, "model", None) or draft.hf_config
+        found = inner.to_dict(), f"{draft.model} config.json (as vLLM read it)"
+    raw, source = found
+    try:
+        config = parse_draft_config(raw, source)
+    except DraftConfigError as err:
+        if draft.kimi_target or draft.ours:
+            raise
+        return Plan(None, None, None, why_not=str(err))
+    # Headers only for the MLA drafts the plugin knows: nothing is read, locally or from
+    # the hub, for any other draft.
+    headers = DraftHeaders(None, "not read: not an MLA EAGLE3 draft")
+    if draft.mla:
+        headers = _cached_headers(draft.model, draft.revision)
     report = draft_report(
-        draft.hf_config,
-        headers.tensors,
-        source=os.path.join(draft.model, "config.json"),
-        target_layers=vllm_compat.total_layers(target),
-        target_hidden=target.get_hidden_size(),
-        target_vocab=target.get_vocab_size(),
-        can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
-    )
-    return report
+        config, headers.tensors, target_layers=draft.target_layers,
+        target_hidden=draft.target_hidden, target_vocab=draft.target_vocab,
+        can_capture_after_last=vllm_compat.can_capture_after_last_layer())
+    acts_on_ids = draft.kimi_target or report.states_convention
+    if not (draft.ours or acts_on_ids):
+        return Plan(None, None, None, why_not="not a Kimi or DeepSeek target's draft")
+    return Plan(report, headers, raw, acts_on_ids)
 
 
-def handles_layer_ids(spec_config) -> bool:
-    """Kimi and DeepSeek targets, or a draft whose config names its convention; once."""
-    hf_config = spec_config.draft_model_config.hf_config
-    if getattr(hf_config, RESOLVED_MARK, None):
-        return False
-    target_type = getattr(spec_config.target_model_config.hf_config, "model_type", None)
-    asked, _ = explicit_convention(hf_config)
-    return target_type in KIMI_DEEPSEEK_TARGETS or bool(asked)
+def announce(draft: DraftAtHand, report: DraftReport) -> None:
+    """The report's lines on the draft's positions and layer ids, where they matter."""
+    positions = report.positions
+    if not draft.ours and positions.written:
+        logger.warning("vllm-kimi-eagle: the draft config sets %s, which vLLM's in-tree "
+                       "draft class (%s=upstream) ignores: it rotates the rope dims.",
+                       NOPE_KEY, DRAFT_ENV)
+    if draft.ours and (positions.written or positions.nope):
+        log = logger.warning if positions.ambiguous else logger.info
+        log("vllm-kimi-eagle: %s", report.positions_line)
 
 
-def apply_positions(spec_config, ours: bool) -> None:
-    """NoPE or RoPE for a Kimi-K3 draft (``draft_positions.py``), written to the draft
-    config as ``mla_use_nope`` for the plugin's class; said where vLLM's class ignores it."""
-    hf_config = spec_config.draft_model_config.hf_config
-    decision = decide_positions(hf_config)
-    if not ours:
-        if decision.written:
-            logger.warning("vllm-kimi-eagle: the draft config sets %s, which vLLM's in-tree "
-                           "draft class (%s=upstream) ignores: it rotates the rope dims.",
-                           NOPE_KEY, DRAFT_ENV)
-        return
-    setattr(hf_config, NOPE_KEY, decision.nope)
-    if decision.written or decision.nope:
-        log = logger.warning if decision.ambiguous else logger.info
-        log("vllm-kimi-eagle: %s", decision.log_line())
-
-
-def apply_layer_ids(spec_config, report: DraftReport) -> None:
+def apply_layer_ids(draft: DraftAtHand, report: DraftReport) -> None:
     """Write the resolved layer ids where vLLM's runners read them."""
-    hf_config = spec_config.draft_model_config.hf_config
     if report.layer_id_error is not None:
         raise report.layer_id_error
     decision = report.decision
-    hf_config.eagle_aux_hidden_state_layer_ids = list(decision.capture_ids)
-    setattr(hf_config, RESOLVED_MARK, {"written": decision.written,
-                                        "convention": decision.convention,
-                                        "rule": decision.rule, "tool": decision.tool})
+    draft.hf_config.eagle_aux_hidden_state_layer_ids = list(decision.capture_ids)
     log = logger.warning if decision.ambiguous else logger.info
-    log("vllm-kimi-eagle: %s", decision.log_line())
+    log("vllm-kimi-eagle: %s", report.layer_ids_line)
 
 
-def check_checkpoint(spec_config, report: DraftReport, headers: DraftHeaders) -> None:
+def check_checkpoint(draft: DraftAtHand, report: DraftReport, headers: DraftHeaders) -> None:
     """Raise if an MLA EAGLE3 draft would not serve as trained.
 
     Local folders, hub drafts in the HF cache and (online) hub drafts are checked from
     their safetensors headers; when no header can be read the check is skipped with a
     log line, and the draft class still checks every tensor while loading.
     """
-    draft = spec_config.draft_model_config
     if report.config_error is not None:
         raise report.config_error
     if headers.tensors is None:
@@ -174,7 +207,7 @@ class QuantizedDraftError(ValueError):
     """A quantized draft vLLM would not serve right on this platform."""
 
 
-def check_quantization(spec_config, report: DraftReport) -> None:
+def check_quantization(draft: DraftAtHand, report: DraftReport) -> None:
     """Refuse, in one line naming the scheme, the platform and what to do, a quantized
     draft vLLM would fail to load or serve wrong here (``quantization.serving_problem``)."""
     from vllm.platforms import current_platform
@@ -184,11 +217,10 @@ def check_quantization(spec_config, report: DraftReport) -> None:
     spec = report.spec
     if spec is None or spec.quantization is None:
         return
-    draft = spec_config.draft_model_config
     on_cpu = bool(current_platform.is_cpu())
     problem = quantization.serving_problem(
         spec.quantization, spec.q_lora_rank, on_cpu=on_cpu, amx=on_cpu and amx_available(),
-        dtype=str(draft.dtype).removeprefix("torch."))
+        dtype=draft.dtype)
     if problem:
         platform = "vLLM's CPU build" if on_cpu else f"vLLM on {current_platform.device_name}"
         raise QuantizedDraftError(f"the quantized draft {draft.model} cannot be served right "
@@ -227,7 +259,7 @@ def check_schedule(spec_config) -> None:
     try:
         ranges = validate(schedule)
     except (ValueError, TypeError) as err:
-        raise ValueError(
+        raise ScheduleError(
             f"speculative config field {SCHEDULE_FIELD}={json.dumps(schedule, default=str)}: "
             f"{err} Give inclusive "
             "[start, end, k] batch-size ranges, the first starting at 1, e.g. [[1, 8, 3], "
@@ -260,18 +292,66 @@ def on_speculative_config(spec_config, ours: bool) -> None:
     announce_cpu_mends()
     if not is_eagle3(spec_config):
         return
-    if is_mla_draft(spec_config):
-        apply_positions(spec_config, ours)
-    ours = ours and is_mla_draft(spec_config)  # served by the plugin's class
-    headers = headers_for(spec_config)
-    report = report_for(spec_config, headers)
-    if handles_layer_ids(spec_config):
-        apply_layer_ids(spec_config, report)
+    draft = draft_at_hand(spec_config, ours)
+    if draft.decided:  # vLLM builds the speculative config again around the same draft
+        return
+    plan = plan_for(draft)
+    apply_plan(spec_config, draft, plan)
+
+
+def apply_plan(spec_config, draft: DraftAtHand, plan: Plan) -> None:
+    """Act on the plan: log, refuse, write the capture ids, check and hand over."""
+    report = plan.report
+    if report is None:
+        logger.debug("vllm-kimi-eagle: leaves the draft %s to vLLM: %s", draft.model,
+                     plan.why_not)
+        check_schedule(spec_config)
+        return
+    announce(draft, report)
+    if plan.acts_on_ids:
+        apply_layer_ids(draft, report)
     check_schedule(spec_config)
-    if ours:
-        check_checkpoint(spec_config, report, headers)
-        check_quantization(spec_config, report)
+    if draft.ours:
+        check_checkpoint(draft, report, plan.headers)
+        check_quantization(draft, report)
         apply_greedy_shortcut(spec_config)
+    report.served(plan.raw).attach(draft.hf_config)
+
+
+# The errors that are a verdict on the user's draft or settings, each naming the field.
+REFUSALS = (DraftConfigError, LayerIdError, checkpoint.CheckpointError, QuantizedDraftError,
+            ScheduleError)
+
+
+def guarded(spec_config, ours: bool) -> None:
+    """on_speculative_config, where an error that is not a verdict on the draft names
+    itself as the plugin's, with the vLLM release and the way to serve without it."""
+    try:
+        on_speculative_config(spec_config, ours)
+    except REFUSALS as err:
+        raise DraftRefusedError(str(err)) from None
+    except Exception as err:
+        raise PluginHookError(
+            f"vllm-kimi-eagle failed inside its speculative-config hook on vLLM "
+            f"{vllm_compat.installed_vllm_version()} ({type(err).__name__}: {err}). This is a "
+            "fault of the plugin, not a verdict on your draft: please report it with your "
+            f"vLLM version; {settings.PLUGIN.name}=0 serves without the plugin.") from err
+
+
+def diagnosis(kwargs: dict) -> DraftConfigError | None:
+    """Why an EAGLE3 draft's config.json is malformed, where it is: vLLM (transformers)
+    may refuse such a file before the hook runs, naming the field but not the file."""
+    if kwargs.get("method") != "eagle3" or not isinstance(kwargs.get("model"), str):
+        return None
+    try:
+        found = draft_config_json(kwargs["model"], kwargs.get("revision"))
+        if found is not None:
+            parse_draft_config(*found)
+    except DraftConfigError as err:
+        return err
+    except Exception:  # the diagnosis must never hide vLLM's own error
+        return None
+    return None
 
 
 def given_field_names(cls, args: tuple, kwargs: dict) -> frozenset[str]:
@@ -284,16 +364,17 @@ def install_speculative_hook(ours: bool) -> bool:
     """Call on_speculative_config at the end of SpeculativeConfig.__post_init__.
 
     ``ours``: the plugin's draft class serves the MLA drafts (checkpoint checks and the
-    greedy shortcut apply to it only). SpeculativeConfig.__init__ is wrapped too, only to
-    note which fields the caller set: vLLM builds it from the user's speculative config
+    greedy shortcut apply to it only). SpeculativeConfig.__init__ is wrapped too, to note
+    which fields the caller set: vLLM builds it from the user's speculative config
     (engine/arg_utils.py `SpeculativeConfig(**self.speculative_config)`, 0.28-0.33), so
-    an explicit ``"use_local_argmax_reduction": false`` is told apart from the default.
+    an explicit ``"use_local_argmax_reduction": false`` is told apart from the default;
+    and to name the file and field where vLLM fails on a malformed draft config.json.
     """
 
     def make_post_init(original):
         def __post_init__(self, *args, **kwargs):
             original(self, *args, **kwargs)
-            on_speculative_config(self, ours)
+            guarded(self, ours)
 
         return __post_init__
 
@@ -302,6 +383,14 @@ def install_speculative_hook(ours: bool) -> bool:
             token = _USER_GIVEN.set(given_field_names(type(self), args, kwargs))
             try:
                 original(self, *args, **kwargs)
+            except (DraftRefusedError, PluginHookError):
+                raise
+            except Exception as err:
+                found = diagnosis(kwargs)
+                if found is None:
+                    raise
+                raise DraftRefusedError(f"{found} (vLLM's own error: {type(err).__name__}: "
+                                        f"{str(err).strip().splitlines()[-1]})") from None
             finally:
                 _USER_GIVEN.reset(token)
 

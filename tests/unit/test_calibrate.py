@@ -34,12 +34,12 @@ def test_readings_are_as_written_and_plus_one_within_the_target():
     assert captures(candidates.readings(nested([0, 2, 4]), 6, True)) == [([1, 3, 5], None)]
 
 
-def test_two_lists_that_disagree_give_both_and_the_same_layers_once():
-    config = {IDS_KEY: [2, 3, 5], "eagle_config": {IDS_KEY: [1, 2, 4]}, "rope_theta": 1.0}
+def test_two_lists_give_the_same_layers_once():
+    config = {IDS_KEY: [2, 3, 5], "eagle_config": {IDS_KEY: [5, 3, 2]}, "rope_theta": 1.0}
     got = candidates.readings(config, 6, True)
-    assert captures(got) == [([2, 3, 5], None), ([3, 4, 6], None), ([1, 2, 4], None)]
+    assert captures(got) == [([2, 3, 5], None), ([3, 4, 6], None)]
     assert got[0].labels == (f"{IDS_KEY} as written (input-of)",
-                             f"eagle_config.{IDS_KEY} +1 (output-of)")
+                             f"eagle_config.{IDS_KEY} as written (input-of)")
 
 
 def test_rope_bases_multiply_the_readings_and_the_config_base_is_not_repeated():
@@ -66,11 +66,13 @@ def test_the_setting_names_the_convention_or_the_layers_and_the_rope_base():
     assert candidates.setting(late, config) == {
         "config.json": {CONVENTION_KEY: "output-of"},
         "environment": {CONVENTION_ENV: "output-of"}}
-    # A reading of the list the plugin does not read first: the layers, explicitly.
-    both = {IDS_KEY: [2, 3, 5], "eagle_config": {IDS_KEY: [1, 2, 4]}}
-    other = next(r for r in candidates.readings(both, 6, True) if r.capture_ids == (1, 2, 4))
-    assert candidates.setting(other, both)["config.json"] == {
-        IDS_KEY: [1, 2, 4], CONVENTION_KEY: "input-of"}
+    # Against the training tool that wrote the ids (Model-Optimizer: output-of), a
+    # convention in config.json would be refused: the environment is the one way.
+    modelopt = {"eagle_config": {IDS_KEY: [2, 3, 4], "parallel_draft_step": 1}}
+    as_written = next(r for r in candidates.readings(modelopt, 6, True)
+                      if r.capture_ids == (2, 3, 4))
+    assert candidates.setting(as_written, modelopt) == {
+        "config.json": {}, "environment": {CONVENTION_ENV: "input-of"}}
     rope = next(r for r in candidates.readings(config, 6, True, (10000.0,)) if r.rope_theta)
     assert candidates.setting(rope, config)["environment"][ROPE_THETA_ENV] == "10000"
     assert candidates.setting(rope, config)["config.json"]["rope_theta"] == 10000.0

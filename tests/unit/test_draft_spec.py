@@ -7,7 +7,7 @@ from transformers import PretrainedConfig
 
 from vllm_kimi_eagle.draft_spec import spec_from_config
 from vllm_kimi_eagle.fixtures import variants
-from vllm_kimi_eagle.layer_ids import written_ids
+from vllm_kimi_eagle.draft_config import parse_draft_config
 
 
 def _empty_top_level_nested_ids(ids: list[int]) -> dict:
@@ -23,11 +23,12 @@ def test_empty_top_level_ids_count_the_nested_ones(as_object):
     """An empty top-level list is absent, as vLLM's runners treat it: the nested ids give
     the number of captured states (2 here, not the default 3) and the ids themselves."""
     config = _empty_top_level_nested_ids([1, 2])
-    if as_object:  # how vLLM holds it (the rope fields do not matter here)
+    if as_object:  # how vLLM holds it, read back as the worker's fallback reads it
         config.pop("rope_scaling")
-        config = PretrainedConfig(**config)
+        config = PretrainedConfig(**config).to_dict()
     assert spec_from_config(config).num_aux == 2
-    assert written_ids(config) == ([1, 2], "eagle_config.eagle_aux_hidden_state_layer_ids")
+    assert parse_draft_config(config).written_ids == \
+        ([1, 2], "eagle_config.eagle_aux_hidden_state_layer_ids")
 
 
 def _variant_config(name: str) -> dict:

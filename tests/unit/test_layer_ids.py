@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from vllm_kimi_eagle.draft_config import DraftConfigError
 from vllm_kimi_eagle.layer_ids import (
     CONVENTION_ENV,
     CONVENTION_KEY,
@@ -40,11 +41,22 @@ def test_conventions_and_sources(config, convention, capture):
     assert decision.capture_ids == capture
 
 
-def test_top_level_ids_win_over_nested_like_vllm_reads_them():
-    config = {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], **nested([1, 29, 57])}
+def test_top_level_ids_are_read_first_like_vllm_reads_them():
+    config = {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], **nested([58, 30, 2])}
     decision = resolve_layer_ids(config, KIMI_LAYERS, environ={})
     assert decision.source == "eagle_aux_hidden_state_layer_ids"
     assert decision.capture_ids == [2, 30, 58]
+
+
+def test_two_different_id_lists_are_refused_naming_both():
+    """vLLM's V1 runner reads the top level then eagle_config, V2 the top level only, and
+    tools the nested list: two different lists have no one right reading."""
+    config = {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], **nested([1, 29, 57])}
+    with pytest.raises(DraftConfigError) as err:
+        resolve_layer_ids(config, KIMI_LAYERS, environ={})
+    for words in ("eagle_aux_hidden_state_layer_ids is [2, 30, 58]",
+                  "eagle_config.eagle_aux_hidden_state_layer_ids is [1, 29, 57]", "Keep one"):
+        assert words in str(err.value)
 
 
 def test_explicit_setting_beats_the_heuristic():
@@ -70,21 +82,29 @@ def test_log_line_says_what_was_decided():
 @pytest.mark.parametrize(
     "config, kwargs, words",
     [
-        (nested([2, 2, 58]), {}, ["more than once", "[2, 2, 58]"]),
         (nested([2, 30, 70]), {}, ["61 layers", "[70]", CONVENTION_ENV]),
         (nested([2, 30, 61]), {"can_capture_after_last": False}, ["0.25.1", "[61]"]),
         (nested([2, 30, 58]), {"fc_in_features": 4 * 7168, "target_hidden_size": 7168},
          ["28672", "4 captured states", "3 layer ids"]),
         ({}, {"fc_in_features": 2 * 7168, "target_hidden_size": 7168},
          ["2 captured states", "vLLM default"]),
-        (nested([2, 30, 58], **{CONVENTION_KEY: "middle"}), {}, ["'middle'", "output-of"]),
     ],
-    ids=["duplicate", "out-of-range", "after-last-too-old", "fc-width",
-         "fc-width-default", "bad-convention"],
+    ids=["out-of-range", "after-last-too-old", "fc-width", "fc-width-default"],
 )
 def test_validation_errors_name_ids_layers_and_fix(config, kwargs, words):
     with pytest.raises(LayerIdError) as err:
         resolve_layer_ids(config, KIMI_LAYERS, environ={}, **kwargs)
+    for word in words:
+        assert word in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("config, words", [
+    (nested([2, 2, 58]), ["more than once", "[2, 2, 58]"]),
+    (nested([2, 30, 58], **{CONVENTION_KEY: "middle"}), ['"middle"', "'output-of'"]),
+], ids=["duplicate", "bad-convention"])
+def test_malformed_ids_are_refused_when_the_config_is_parsed(config, words):
+    with pytest.raises(DraftConfigError) as err:
+        resolve_layer_ids(config, KIMI_LAYERS, environ={})
     for word in words:
         assert word in str(err.value), str(err.value)
 
@@ -155,7 +175,7 @@ def test_explicit_setting_beats_a_tool_fingerprint():
          ["TorchSpec", "midlayer. or layers.0."]),
         # Model-Optimizer never writes top-level ids: somebody else put these there.
         ({"eagle_aux_hidden_state_layer_ids": [3, 29, 57],
-          "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 28, 56], **MODELOPT}},
+          "eagle_config": {"eagle_aux_hidden_state_layer_ids": [3, 29, 57], **MODELOPT}},
          [3, 29, 57], [4, 30, 58], ["never writes ids at the top-level"]),
     ],
     ids=["no-fingerprint-input-of", "no-fingerprint-output-of", "torchspec-layout-unknown",

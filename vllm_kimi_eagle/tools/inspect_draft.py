@@ -14,11 +14,12 @@ from collections import Counter
 
 from vllm_kimi_eagle import checkpoint, rope_override, settings, vllm_compat
 from vllm_kimi_eagle.config_access import text_config_value
-from vllm_kimi_eagle.draft_positions import NOPE_KEY, decide_positions
+from vllm_kimi_eagle.draft_config import DraftConfigError, load_config_json, parse_draft_config
+from vllm_kimi_eagle.draft_positions import NOPE_KEY
 from vllm_kimi_eagle.draft_report import draft_report
 from vllm_kimi_eagle.draft_source import draft_headers, is_local
 from vllm_kimi_eagle.draft_spec import canonical_name
-from vllm_kimi_eagle.layer_ids import ambiguity_advice, written_ids
+from vllm_kimi_eagle.layer_ids import ambiguity_advice
 from vllm_kimi_eagle.tools import model_source
 
 MLA_FIELDS = ("hidden_size", "num_attention_heads", "q_lora_rank", "kv_lora_rank",
@@ -55,47 +56,60 @@ def read_headers(draft: str, revision: str | None) -> tuple[dict | None, str, st
     return headers.tensors, headers.where, None
 
 
+TARGET_FIELDS = ("num_hidden_layers", "hidden_size", "vocab_size")
+
+
+def target_facts(target_config: dict, path: str | None) -> tuple[dict, list[str]]:
+    """The target's layers, hidden size and vocabulary (from ``text_config`` where the
+    top level lacks them), each a positive integer, or a problem naming the field."""
+    facts, problems = {}, []
+    for field in TARGET_FIELDS:
+        value = text_config_value(target_config, field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or value <= 0):
+            problems.append(f"{path}/config.json: field {field!r} is {value!r}; expected a "
+                            "positive integer. Give --target the model's own config.json.")
+            value = None
+        facts[field] = value
+    return facts, problems
+
+
 def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
                   revision: str | None = None, target_revision: str | None = None) -> dict:
     """Everything the report says, as one JSON-ready dict; problems listed, never raised.
 
     ``draft`` and ``target`` are folders, ids in the Hugging Face cache or hub ids
     (config.json and safetensors headers only: no weights are fetched). A model that
-    cannot be found raises ModelNotFound.
+    cannot be found raises ModelNotFound. A config.json that cannot be parsed is the one
+    problem reported.
     """
     draft_folder = model_source.resolve(draft, revision, role="draft",
                                         files=model_source.CONFIG_FILES)
-    config = model_source.read_config(draft_folder, "draft")
     target_config = {}
     if target:
         target_config = model_source.read_config(model_source.resolve(
             target, target_revision, role="--target", files=model_source.CONFIG_FILES),
             "--target")
-    report: dict = {
-        "draft": draft,
-        "draft_folder": draft_folder.folder,
-        "found_in": draft_folder.where,
-        "architecture": (config.get("architectures") or [None])[0],
-        "model_type": config.get("model_type"),
-        "mla": {k: config.get(k) for k in MLA_FIELDS},
-        "flags": {
-            "fc_norm": bool(config.get("fc_norm") or config.get("use_aux_norm")),
-            "norm_output": bool(config.get("norm_output")),
-            "norm_before_residual": bool(config.get("norm_before_residual")),
-        },
-        "problems": [],
-    }
-    report["problems"] += settings.problems(environ)
-    theta = rope_override.requested_rope_theta(environ)
-    report["rope_theta"] = {"config": rope_override.config_rope_theta(config),
-                            "served": theta or rope_override.config_rope_theta(config),
-                            "override": theta is not None}
-    ids, source = written_ids(config)
+    report: dict = {"draft": draft, "draft_folder": draft_folder.folder,
+                    "found_in": draft_folder.where, "problems": settings.problems(environ)}
+    path = os.path.join(draft_folder.folder, "config.json")
+    try:
+        config = parse_draft_config(load_config_json(path), path)
+    except DraftConfigError as err:
+        report["problems"].append(str(err))
+        report["config_error"] = str(err)
+        return report
+    facts, target_problems = target_facts(target_config, target)
+    report["problems"] += target_problems
+    report.update({
+        "architecture": config.architecture,
+        "model_type": config.model_type,
+        "mla": {k: getattr(config, k) for k in MLA_FIELDS},
+    })
+    ids, source = config.written_ids
     report["layer_ids"] = ids
     report["layer_ids_source"] = source
-    layers = text_config_value(target_config, "num_hidden_layers")
-    hidden = text_config_value(target_config, "hidden_size")
-    vocab = text_config_value(target_config, "vocab_size")
+    layers, hidden, vocab = (facts[k] for k in TARGET_FIELDS)
     report["target"] = {"path": target, "num_hidden_layers": layers, "hidden_size": hidden,
                         "vocab_size": vocab}
 
@@ -104,17 +118,22 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
         report["layout"] = layout(tensors)
     found = draft_report(
         config, tensors,
-        source=os.path.join(draft_folder.folder, "config.json"),
         target_layers=layers, target_hidden=hidden, target_vocab=vocab,
         can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
         header_error=header_error, environ=environ,
     )
     report["problems"] += found.problems
+    asked = rope_override.requested_rope_theta(environ)
+    report["rope_theta"] = {"config": config.config_rope_theta, "served": found.rope_theta,
+                            "override": asked is not None}
     if found.spec is not None:
-        report["draft_vocab_size"] = found.spec.draft_vocab_size
-        report["num_aux_hidden_states"] = found.spec.num_aux
-        report["attention"] = attention_facts(found.spec, config, environ)
-        report["in_tree_class"] = in_tree_gaps(found.spec, config, environ)
+        spec = found.spec
+        report["flags"] = {"fc_norm": spec.fc_norm, "norm_output": spec.norm_output,
+                           "norm_before_residual": spec.norm_before_residual}
+        report["draft_vocab_size"] = spec.draft_vocab_size
+        report["num_aux_hidden_states"] = spec.num_aux
+        report["attention"] = attention_facts(found)
+        report["in_tree_class"] = in_tree_gaps(found)
     decision = found.decision
     report["convention"] = decision.convention if decision else None
     report["capture_ids"] = decision.capture_ids if decision else None
@@ -128,9 +147,9 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
     return report
 
 
-def attention_facts(spec, config, environ) -> dict:
+def attention_facts(found) -> dict:
     """How the plugin serves the draft's attention: positions, gate, norms, quantization."""
-    positions = decide_positions(config, environ)
+    positions, spec = found.positions, found.spec
     return {"positions": "NoPE" if positions.nope else "RoPE",
             "positions_reason": positions.reason, "positions_ambiguous": positions.ambiguous,
             "positions_line": positions.log_line(), "output_gate": spec.output_gate,
@@ -138,14 +157,14 @@ def attention_facts(spec, config, environ) -> dict:
             "quantization": spec.quantization.scheme if spec.quantization else None}
 
 
-def in_tree_gaps(spec, config, environ) -> list[str]:
+def in_tree_gaps(found) -> list[str]:
     """What vLLM's in-tree MLA draft class (VLLM_KIMI_EAGLE_DRAFT=upstream) would do wrong
     with this draft, as measured on the tiny drafts (docs/checkpoints.md, Kimi-K3 drafts)."""
     gaps = []
-    if decide_positions(config, environ).nope:
+    if found.positions.nope:
         gaps.append(f"ignores {NOPE_KEY}: rotates the rope dims the draft was trained "
                     "without, a silent acceptance loss")
-    if spec.output_gate:
+    if found.spec.output_gate:
         gaps.append("has no output gate (g_proj): refuses to load the checkpoint")
     return gaps
 
@@ -153,10 +172,11 @@ def in_tree_gaps(spec, config, environ) -> list[str]:
 def format_report(report: dict) -> str:
     found = ("" if report["found_in"] == "local folder"
              else f" ({report['found_in']}: {report['draft_folder']})")
-    lines = [
-        f"draft         {report['draft']}{found}",
-        f"architecture  {report['architecture']}  (model_type {report['model_type']})",
-    ]
+    lines = [f"draft         {report['draft']}{found}"]
+    if "config_error" in report:
+        return "\n".join(lines + [f"PROBLEMS ({len(report['problems'])}):"]
+                         + [f"  - {p}" for p in report["problems"]])
+    lines.append(f"architecture  {report['architecture']}  (model_type {report['model_type']})")
     if "layout" in report:
         lay = report["layout"]
         lines.append(
@@ -169,7 +189,8 @@ def format_report(report: dict) -> str:
     elif not report["problems"] or report["headers_from"] != "local folder":
         lines.append(f"tensors       not checked: {report['headers_from']} (loading the "
                      "weights checks every tensor)")
-    lines.append(f"flags         {report['flags']}")
+    if "flags" in report:
+        lines.append(f"flags         {report['flags']}")
     rope = report["rope_theta"]
     lines.append(f"rope base     {rope['served']}" + (
         f" (from {rope_override.ROPE_THETA_ENV}; config.json says {rope['config']})"

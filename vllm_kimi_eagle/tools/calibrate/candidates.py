@@ -6,9 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vllm_kimi_eagle import layer_ids
-from vllm_kimi_eagle.config_access import config_value, eagle_config
-from vllm_kimi_eagle.layer_ids import CONVENTION_ENV, CONVENTION_KEY, IDS_KEY
-from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV, config_rope_theta
+from vllm_kimi_eagle.config_access import text_config_value
+from vllm_kimi_eagle.draft_config import DraftConfig, as_record
+from vllm_kimi_eagle.layer_ids import CONVENTION_ENV, CONVENTION_KEY
+from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV
 
 # vLLM cannot capture id 0 (the embeddings: its capture adds a residual that is still
 # None before layer 0), so every reading starts at 1.
@@ -35,30 +36,20 @@ class Reading:
         return f"{list(self.capture_ids)}{rope}"
 
 
-def written_lists(draft_config) -> list[tuple[str, list[int]]]:
-    """Every id list the config writes: (key, ids as a set in layer order)."""
-    lists = []
-    for key, ids in ((IDS_KEY, config_value(draft_config, IDS_KEY)),
-                     (f"eagle_config.{IDS_KEY}",
-                      eagle_config(draft_config).get(IDS_KEY))):
-        if ids:
-            lists.append((key, sorted({int(i) for i in ids})))
-    return lists
-
-
 def highest_capture_id(num_layers: int, can_capture_after_last: bool) -> int:
     return num_layers if can_capture_after_last else num_layers - 1
 
 
-def readings(draft_config, num_layers: int, can_capture_after_last: bool,
+def readings(draft_config: DraftConfig, num_layers: int, can_capture_after_last: bool,
              rope_thetas: tuple[float, ...] = ()) -> list[Reading]:
     """Every reading worth measuring: each written list as written (input of layer N) and
     plus one (output of layer N), within the target's capturable layers, times the
     config's rope base and each of ``rope_thetas``; vLLM's default ids when the draft
     names none. Readings that capture the same layers are one candidate."""
+    draft_config = as_record(draft_config)
     highest = highest_capture_id(num_layers, can_capture_after_last)
     found: dict[tuple[int, ...], tuple[list[str], str, str]] = {}
-    lists = written_lists(draft_config)
+    lists = draft_config.id_lists
     if not lists:
         found[tuple(layer_ids.vllm_default_ids(num_layers))] = (
             ["vLLM's default (no ids written)"], "none", "vllm-default")
@@ -70,13 +61,13 @@ def readings(draft_config, num_layers: int, can_capture_after_last: bool,
             label = f"{key} {'as written' if shift == 0 else '+1'} ({convention})"
             labels, source, conv = found.setdefault(capture, ([], key, convention))
             labels.append(label)
-    config_theta = config_rope_theta(draft_config)
+    config_theta = draft_config.config_rope_theta
     thetas = [None] + [t for t in dict.fromkeys(rope_thetas) if t != config_theta]
     return [Reading(capture, theta, tuple(labels), source, convention)
             for capture, (labels, source, convention) in found.items() for theta in thetas]
 
 
-def current_reading(draft_config, num_layers: int, can_capture_after_last: bool,
+def current_reading(draft_config: DraftConfig, num_layers: int, can_capture_after_last: bool,
                     fc_in_features=None, target_hidden_size=None, layer_prefix=None,
                     environ=None) -> tuple[tuple[int, ...] | None, str]:
     """The layers the plugin captures for this draft today, and its log line (the
@@ -92,26 +83,35 @@ def current_reading(draft_config, num_layers: int, can_capture_after_last: bool,
     return tuple(decision.capture_ids), decision.log_line()
 
 
-def setting(reading: Reading, draft_config) -> dict:
+def setting(reading: Reading, draft_config: DraftConfig, layer_prefix: str | None = None) -> dict:
     """What to apply so that the plugin serves ``reading``: config.json fields, and the
-    environment variables that do the same where one can."""
+    environment variables that do the same. A convention that contradicts the training
+    tool that wrote the ids cannot go in config.json (the plugin refuses the pair): the
+    environment variable, which decides over both, is the one way."""
+    draft_config = as_record(draft_config)
     config, env = {}, {}
-    _, read_first = layer_ids.written_ids(draft_config)  # the list the plugin reads
-    if reading.convention in layer_ids.CONVENTIONS and reading.source == read_first:
-        config[CONVENTION_KEY] = env[CONVENTION_ENV] = reading.convention
-    elif reading.convention in layer_ids.CONVENTIONS:
-        # The plugin reads the other list first: name the layers explicitly.
-        config.update({IDS_KEY: list(reading.capture_ids), CONVENTION_KEY: layer_ids.INPUT_OF})
+    if reading.convention in layer_ids.CONVENTIONS:
+        env[CONVENTION_ENV] = reading.convention
+        if not contradicts_tool(draft_config, reading, layer_prefix):
+            config[CONVENTION_KEY] = reading.convention
     if reading.rope_theta is not None:
         config["rope_theta"] = reading.rope_theta
         env[ROPE_THETA_ENV] = f"{reading.rope_theta:g}"
     return {"config.json": config, "environment": env}
 
 
+def contradicts_tool(draft_config: DraftConfig, reading: Reading,
+                     layer_prefix: str | None) -> bool:
+    """Whether the reading's convention is the opposite of the one certain reading of
+    the training tool that wrote its ids (layer_ids refuses such a config.json)."""
+    place = layer_ids.TOP if reading.source == layer_ids.IDS_KEY else layer_ids.NESTED
+    rows = [r for r in layer_ids.tool_readings(draft_config, layer_prefix) if place in r.ids_at]
+    conventions = {r.convention for r in rows}
+    return len(conventions) == 1 and reading.convention not in conventions
+
+
 def check_target(target_config: dict, path: str) -> int:
     """The target's number of decoder layers; an error when it is not an MLA target."""
-    from vllm_kimi_eagle.config_access import text_config_value
-
     kind = target_config.get("model_type")
     layers = text_config_value(target_config, "num_hidden_layers")
     if text_config_value(target_config, "kv_lora_rank") is None or not layers:

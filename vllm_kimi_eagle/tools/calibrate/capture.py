@@ -40,10 +40,12 @@ def checked(result: dict, what: str) -> dict:
     return result
 
 
-def run_engine(mode: str, spec: dict, log_path: str) -> dict:
-    """One engine run (``serve``) in its own process; its result, or an error with the log."""
+def run_engine(mode: str, spec: dict, log_path: str, env: dict | None = None) -> dict:
+    """One engine run (``serve``) in its own process, with ``env`` added to the engines'
+    environment; its result, or an error with the log."""
     command = [sys.executable, "-m", ENGINES, mode, json.dumps(spec)]
-    return checked(engine_process.run(command, log_path, engine_env(), ENGINE_TIMEOUT_S), mode)
+    return checked(engine_process.run(command, log_path, {**engine_env(), **(env or {})},
+                                      ENGINE_TIMEOUT_S), mode)
 
 
 def target_files(target: str) -> list[str]:

@@ -11,6 +11,8 @@ import time
 
 from vllm_kimi_eagle import checkpoint, vllm_compat
 from vllm_kimi_eagle.config_access import text_config_value
+from vllm_kimi_eagle.draft_config import DraftConfig
+from vllm_kimi_eagle.layer_ids import CONVENTION_ENV, CONVENTION_KEY
 from vllm_kimi_eagle.tools.calibrate import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.calibrate import candidates, scoring
 from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError, Reading
@@ -167,18 +169,24 @@ def measure(readings, current, pool, store, models, args, budget) -> tuple:
 
 
 def confirm(rows: list[dict], readings: list[Reading], which: list[int], draft: str,
-            draft_config: dict, target: str, prompts: list[dict], max_tokens: int,
+            draft_config: DraftConfig, draft_raw: dict, layer_prefix: str | None,
+            target: str, prompts: list[dict], max_tokens: int,
             engine_args: dict, k: int, out: str) -> None:
     """Serve each reading in ``which`` with vLLM (a calibrated copy of the draft; the
     copy is what --write would write) and put its online acceptance in its row."""
     for i in which:
         copy = os.path.join(out, f"confirm-{i}")
         shutil.rmtree(copy, ignore_errors=True)
-        write_copy(draft, draft_config, candidates.setting(readings[i], draft_config), copy)
+        setting = candidates.setting(readings[i], draft_config, layer_prefix)
+        write_copy(draft, draft_raw, setting, copy)
         say(f"confirm: serving {readings[i].name} with vLLM (log {copy}.log) ...")
+        # What config.json cannot say (a convention against its training tool's) is said
+        # the one other way, through the environment.
+        env = {} if CONVENTION_KEY in setting["config.json"] else {
+            key: value for key, value in setting["environment"].items() if key == CONVENTION_ENV}
         result = run_engine("serve", {"target": target, "draft": copy, "prompts": prompts,
                                       "max_tokens": max_tokens, "k": k,
-                                      "engine_args": engine_args}, copy + ".log")
+                                      "engine_args": engine_args}, copy + ".log", env)
         if not result.get("drafts"):
             raise CalibrationError(f"serving {readings[i].name} proposed no draft; see "
                                    f"{copy}.log")
@@ -191,9 +199,9 @@ def confirm(rows: list[dict], readings: list[Reading], which: list[int], draft: 
 def calibrate(args) -> int:
     started = time.perf_counter()
     target, target_config = resolve_model(args.target, args.target_revision, "target")
-    draft, draft_config = resolve_model(args.draft, args.revision, "draft")
+    draft, draft_raw = resolve_model(args.draft, args.revision, "draft")
     layers = candidates.check_target(target_config, target)
-    check_draft(draft, draft_config, target_config)
+    draft_config = check_draft(draft, draft_raw, target_config)
     if args.write:
         check_out_folder(args.write, draft)
     tiny = is_tiny_target(target)
@@ -219,13 +227,14 @@ def calibrate(args) -> int:
     if not readings:
         raise CalibrationError(
             f"{draft}/config.json: no reading of its layer ids "
-            f"{[ids for _, ids in candidates.written_lists(draft_config)]} names layers this "
+            f"{[ids for _, ids in draft_config.id_lists]} names layers this "
             f"target can capture (1..{candidates.highest_capture_id(layers, after_last)}); "
             "check that the draft belongs to this target")
     tensors = checkpoint.read_checkpoint(draft)
+    prefix = checkpoint.layer_prefix(tensors)
     today, today_line = candidates.current_reading(
         draft_config, layers, after_last, checkpoint.fc_in_features(tensors),
-        text_config_value(target_config, "hidden_size"), checkpoint.layer_prefix(tensors),
+        text_config_value(target_config, "hidden_size"), prefix,
         environ={})
     say(f"calibrate: {draft} on {target}; {len(readings)} readings; today: {today_line}")
     say(f"prompts: up to {len(pool)} from {source} in rounds from {min(args.num_prompts, len(pool))}"
@@ -249,13 +258,14 @@ def calibrate(args) -> int:
     prompts = pool[:rounds[-1]["prompts"]]
     if not args.no_confirm:
         which = sorted({decision["row"]} | ({current} if current is not None else set()))
-        confirm(rows, readings, which, draft, draft_config, target, prompts, args.max_tokens,
+        confirm(rows, readings, which, draft, draft_config, draft_raw, prefix, target,
+                prompts, args.max_tokens,
                 engine_args, args.k, out)
         decision = decisions.recheck_online(decision, rows, current)
     chosen = decision["row"]
-    setting = candidates.setting(readings[chosen], draft_config)
+    setting = candidates.setting(readings[chosen], draft_config, prefix)
     if args.write:
-        write_copy(draft, draft_config, setting, args.write)
+        write_copy(draft, draft_raw, setting, args.write)
     report = {
         "draft": draft, "target": target, "k": args.k, "prompts": len(prompts),
         "max_tokens": args.max_tokens, "seconds": round(time.perf_counter() - started, 1),

@@ -8,7 +8,8 @@ import os
 
 from vllm_kimi_eagle import checkpoint
 from vllm_kimi_eagle.config_access import text_config_value
-from vllm_kimi_eagle.draft_spec import DraftConfigError, spec_from_config
+from vllm_kimi_eagle.draft_config import DraftConfig, DraftConfigError, parse_draft_config
+from vllm_kimi_eagle.draft_spec import spec_from_config
 from vllm_kimi_eagle.tools import model_source
 from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError
 
@@ -23,9 +24,11 @@ def resolve_model(model: str, revision: str | None, role: str) -> tuple[str, dic
         raise CalibrationError(str(err)) from None
 
 
-def check_draft(draft: str, config: dict, target_config: dict) -> None:
+def check_draft(draft: str, raw: dict, target_config: dict) -> DraftConfig:
+    """The draft's validated config record; an error when it or its tensors are wrong."""
     try:
-        spec = spec_from_config(config, source=os.path.join(draft, "config.json"))
+        config = parse_draft_config(raw, os.path.join(draft, "config.json"))
+        spec = spec_from_config(config)
         problems = checkpoint.check_checkpoint(
             spec, checkpoint.read_checkpoint(draft),
             target_vocab=text_config_value(target_config, "vocab_size"),
@@ -35,6 +38,7 @@ def check_draft(draft: str, config: dict, target_config: dict) -> None:
     if problems:
         raise CalibrationError(f"the draft at {draft} does not match its config.json:\n  - "
                                + "\n  - ".join(problems))
+    return config
 
 
 def parse_thetas(text: str | None) -> tuple[float, ...]:

@@ -12,11 +12,11 @@ over more positions; ``calibrate`` confirms the winner online.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
 from vllm_kimi_eagle import checkpoint
+from vllm_kimi_eagle.draft_config import read_draft_config
 from vllm_kimi_eagle.draft_spec import IGNORED_TENSORS, canonical_name, spec_from_config
 from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError
 
@@ -87,9 +87,7 @@ def load_draft(draft: str, target: str, rope_theta: float | None = None, device:
 
     from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
 
-    with open(os.path.join(draft, "config.json")) as f:
-        config = json.load(f)
-    spec = spec_from_config(config, source=os.path.join(draft, "config.json"))
+    spec = spec_from_config(read_draft_config(draft))
     rope = _rope_parameters(draft)
     if rope_theta is not None:
         rope["rope_theta"] = rope_theta

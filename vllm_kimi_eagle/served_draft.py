@@ -1,0 +1,40 @@
+"""What the speculative hook decided about a draft, handed to the draft class in the worker.
+
+The hook runs where vLLM builds its config (the API server or ``LLM(...)`` process); the
+draft class is built in the engine's worker. vLLM sends the draft's ``hf_config`` there,
+so the plugin's decisions travel on it, as one attribute holding one plain record: the
+draft's config.json as read (the worker parses it again, through the same record) and
+the decisions that are not in it (capture ids, NoPE, rope base). A new decision is added
+here, in one place. vLLM's own field ``eagle_aux_hidden_state_layer_ids`` is still written
+by the hook: it is where vLLM's runners read the capture ids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from vllm_kimi_eagle.draft_config import DraftConfig, parse_draft_config
+
+CHANNEL = "vllm_kimi_eagle_served"  # the attribute of the draft's hf_config
+
+
+@dataclass(frozen=True)
+class ServedDraft:
+    raw: dict  # the draft's config.json, as read
+    source: str  # where it was read
+    capture_ids: list[int] | None  # the target layers vLLM captures; None: not decided
+    nope: bool  # the draft's attention reads positions unrotated (Kimi-K3)
+    rope_theta: float | None  # the rope base served; None: the config's (or none)
+
+    def config(self) -> DraftConfig:
+        return parse_draft_config(self.raw, self.source)
+
+    def attach(self, hf_config) -> None:
+        setattr(hf_config, CHANNEL, dataclasses.asdict(self))
+
+
+def attached(hf_config) -> ServedDraft | None:
+    """The decisions the hook attached to a draft's hf_config, or None."""
+    found = getattr(hf_config, CHANNEL, None)
+    return ServedDraft(**found) if isinstance(found, dict) else None
