@@ -39,7 +39,15 @@ def register() -> None:
     try:
         changes = _install()
     except Exception:
-        undone = patching.restore()
+        try:
+            undone = patching.restore()
+        except Exception:
+            logger.exception(
+                "vllm-kimi-eagle: registering the plugin failed, and so did undoing its "
+                "changes: vLLM may run with part of the plugin in this process. Please "
+                "report this with your vLLM version; %s=0 turns the plugin off.",
+                settings.PLUGIN.name)
+            return
         logger.exception(
             "vllm-kimi-eagle: registering the plugin failed; the %d change(s) it had made are "
             "undone and vLLM runs in this process as it would without the plugin. Please "

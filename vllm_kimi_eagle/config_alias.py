@@ -16,7 +16,7 @@ import os
 from transformers import AutoConfig, DeepseekV3Config
 
 from vllm_kimi_eagle import vllm_compat
-from vllm_kimi_eagle.patching import set_item
+from vllm_kimi_eagle.patching import remember_item, set_item
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
@@ -68,7 +68,13 @@ class KimiK2Config(DeepseekV3Config):
 
 
 def register_config_alias() -> None:
-    """Register KimiK2Config with transformers and vLLM's config registry (idempotent)."""
+    """Register KimiK2Config with transformers and vLLM's config registry (idempotent,
+    journaled: restore() puts back what transformers held, vLLM's own alias included)."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    extra = getattr(CONFIG_MAPPING, "_extra_content", None)  # where register() writes
+    if isinstance(extra, dict):
+        remember_item(extra, MODEL_TYPE)
     AutoConfig.register(MODEL_TYPE, KimiK2Config, exist_ok=True)
     module_name, attribute = vllm_compat.CONFIG_REGISTRY
     try:
