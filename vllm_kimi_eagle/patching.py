@@ -40,12 +40,19 @@ def remember_item(mapping, key) -> None:
     _JOURNAL.append((_put_back_item, (mapping, key, mapping.get(key, _ABSENT))))
 
 
-def restore() -> int:
-    """Undo every journaled change, newest first; returns how many there were."""
-    undone = len(_JOURNAL)
-    while _JOURNAL:
+def mark() -> int:
+    """How many changes are journaled now; ``restore(since=mark())`` undoes later ones."""
+    return len(_JOURNAL)
+
+
+def restore(since: int = 0) -> int:
+    """Undo every journaled change made after ``since`` (all of them by default), newest
+    first; returns how many there were."""
+    undone = 0
+    while len(_JOURNAL) > since:
         put_back, arguments = _JOURNAL.pop()
         put_back(*arguments)
+        undone += 1
     return undone
 
 
