@@ -22,23 +22,26 @@ def is_eagle3_draft_config(hf_config) -> bool:
     return bool(set(TOOL_DRAFT_ARCHITECTURES) & set(architectures))
 
 
+def make_override_wrapper(original):
+    """vLLM's override, passed over for a training tool's EAGLE3 draft config: every
+    other config, and every further argument (vLLM 0.33 passes
+    transformers_mtp_overrides, positionally or by keyword), goes to ``original`` as
+    given."""
+
+    def hf_config_override(hf_config, *args, **kwargs):
+        if is_eagle3_draft_config(hf_config):
+            return hf_config
+        return original(hf_config, *args, **kwargs)
+
+    return hf_config_override
+
+
 def install_draft_config_override() -> bool:
     """Wrap vLLM's draft-config override so SpecForge MLA drafts stay EAGLE3 (idempotent)."""
-
-    def make_wrapper(original):
-        # vLLM 0.33 passes a second argument (transformers_mtp_overrides), positionally
-        # or by keyword: everything but the config goes through untouched.
-        def hf_config_override(hf_config, *args, **kwargs):
-            if is_eagle3_draft_config(hf_config):
-                return hf_config
-            return original(hf_config, *args, **kwargs)
-
-        return hf_config_override
-
     return wrap_method(
         vllm_compat.SPECULATIVE_CONFIG,
         vllm_compat.DRAFT_CONFIG_OVERRIDE,
-        make_wrapper,
+        make_override_wrapper,
         "SpecForge MLA drafts (DeepseekV3ForCausalLMEagle3) are read as DeepSeek MTP and "
         "fail to load.",
     )
