@@ -35,7 +35,7 @@ def test_output_of_copy_drafts_like_input_of_copy_through_plugin(tiny):
     )
     assert output_of["acceptance_length"] == input_of["acceptance_length"]
     assert output_of["token_ids"] == input_of["token_ids"]
-    # Read one layer off, the draft still runs, silently, on other inputs: its drafts
-    # differ. What that costs depends on how far apart the fixture's layers are (README,
-    # "margins": printed above, not asserted).
-    assert verbatim["acceptance_by_position"] != input_of["acceptance_by_position"]
+    # Read one layer off, the draft still runs, silently, on other inputs, and accepts
+    # less on every build measured (docs/measurements.md, "the tests' margins"). The
+    # direction is asserted; the size is printed above.
+    assert verbatim["acceptance_length"] < input_of["acceptance_length"]
