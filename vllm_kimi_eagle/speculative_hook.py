@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import functools
 import json
 import logging
 from dataclasses import dataclass
@@ -81,9 +80,19 @@ class PluginHookError(RuntimeError):
     """Something failed inside the plugin's hook that says nothing about the draft."""
 
 
-@functools.lru_cache(maxsize=8)
+_HEADERS: dict[tuple[str, str | None], DraftHeaders] = {}
+
+
 def _cached_headers(model: str, revision: str | None) -> DraftHeaders:
-    return draft_headers(model, revision)
+    """The draft's headers, read once per process and draft; a read that found none (the
+    hub unreachable, say) is not kept, so the next speculative config tries again."""
+    key = (model, revision)
+    if key not in _HEADERS:
+        headers = draft_headers(model, revision)
+        if headers.tensors is None:
+            return headers
+        _HEADERS[key] = headers
+    return _HEADERS[key]
 
 
 @dataclass(frozen=True)
