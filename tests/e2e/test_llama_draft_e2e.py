@@ -5,10 +5,11 @@ output-of ([1, 2, 4]). The plugin reads them back to the layers it was trained o
 draft serves at the acceptance the reference computes for the same sequences; vLLM alone
 reads them verbatim. k=3.
 
-bfloat16 on a CPU with AMX, skipped elsewhere: vLLM's CPU build serves an MLA target with a
-non-MLA draft only where the two attention backends share a KV block size. AMX_MLA
-(bfloat16 only) does, with the draft's CPU_ATTN; CPU_MLA, which float32 needs, does not
-("No common block size"), with the plugin or without it (docs/troubleshooting.md)."""
+bfloat16 on a CPU with AMX: vLLM's CPU build serves an MLA target with a non-MLA draft only
+where the two attention backends share a KV block size. AMX_MLA (bfloat16 only) does, with
+the draft's CPU_ATTN; CPU_MLA, which float32 and CPUs without AMX need, does not ("No
+common block size"), with the plugin or without it (docs/troubleshooting.md). Without AMX
+its twin checks what can be checked there: the layers captured, and that refusal."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tests.helpers import (
     NO_PLUGIN,
     PROMPTS,
     engine,
+    probe_engine_config,
     reference_draft,
     served,
     served_sequences,
@@ -29,11 +31,10 @@ from vllm_kimi_eagle.cpu_mla_backend import amx_available
 from vllm_kimi_eagle.fixtures.offline import served_acceptance
 from vllm_kimi_eagle.fixtures.variants import AUX_LAYER_IDS, LLAMA_DRAFT
 
-pytestmark = [
-    pytest.mark.engine,
-    pytest.mark.skipif(not amx_available(), reason="an MLA target with a non-MLA draft needs "
-                       "AMX_MLA (bfloat16, a CPU with AMX) on vLLM's CPU build"),
-]
+pytestmark = pytest.mark.engine
+NEEDS_AMX = pytest.mark.skipif(not amx_available(), reason="an MLA target with a non-MLA "
+                               "draft needs AMX_MLA (bfloat16, a CPU with AMX) on vLLM's CPU "
+                               "build; its twin without AMX runs instead")
 BF16 = {"dtype": "bfloat16"}
 # bfloat16 against the float32 reference: acceptance in bfloat16 is float32's within 0.2%
 # on the base draft (docs/measurements.md, CPUs with AMX), and an answer may flip where
@@ -42,6 +43,7 @@ BF16_AS_TRAINED = 0.97
 BF16_FLIPS = 1
 
 
+@NEEDS_AMX
 def test_a_llama_draft_reads_the_layers_it_was_trained_on(tiny):
     ours = served(engine(tiny, LLAMA_DRAFT, **BF16))
     alone = served(engine(tiny, LLAMA_DRAFT, env=NO_PLUGIN, **BF16))
@@ -60,3 +62,16 @@ def test_a_llama_draft_reads_the_layers_it_was_trained_on(tiny):
     assert same >= len(PROMPTS) - BF16_FLIPS
     assert ours["acceptance_length"] >= BF16_AS_TRAINED * trained
     assert alone["acceptance_length"] < ours["acceptance_length"]
+
+
+@pytest.mark.skipif(amx_available(), reason="a CPU with AMX serves the Llama draft (above)")
+def test_without_amx_the_layers_are_resolved_and_the_pairing_refused_by_vllm(tiny):
+    """The twin on CPUs without AMX: the plugin resolves the Llama draft's ids to the layers
+    it was trained on; the engine then stops at vLLM's own KV-cache check, which no MLA
+    target with a non-MLA draft passes on CPU_MLA (the reason for the AMX test's skip)."""
+    config = probe_engine_config(os.path.join(tiny, "target"), os.path.join(tiny, LLAMA_DRAFT))
+    assert config["top_level_layer_ids"] == AUX_LAYER_IDS, config
+    assert config["use_mla"] is False and config["target_use_mla"] is True
+    refused = engine(tiny, LLAMA_DRAFT)
+    assert "No common block size" in refused.get("error", "") + refused["_stderr"], \
+        refused.get("error", "served")
