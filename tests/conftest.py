@@ -26,8 +26,9 @@ TINY_FOLDER = pytest.StashKey[str]()
 
 
 def pytest_configure(config):
-    """The account of engine and server starts (tools/start_log.py): the controller names
-    its file before the workers start, so every worker and every child appends to it.
+    """The account of engine and server starts (tools/start_log.py) and the folder of
+    shared engine results (helpers.shared_run): the controller names both before the
+    workers start, so every worker and every child uses the same ones.
 
     Under pytest-xdist (make test runs two workers), each worker's engines ask vLLM for
     a core of their own; left to itself vLLM would give every engine core 0. (On the
@@ -37,10 +38,14 @@ def pytest_configure(config):
     pin.) A binding set by the caller or a test wins."""
     from vllm_kimi_eagle.tools import start_log
 
-    if not hasattr(config, "workerinput") and start_log.ENV not in os.environ:
-        handle, path = tempfile.mkstemp(prefix="vllm-kimi-eagle-starts-", suffix=".jsonl")
-        os.close(handle)
-        os.environ[start_log.ENV] = path
+    from tests.helpers import SHARED_RUNS_ENV
+
+    if not hasattr(config, "workerinput"):
+        if start_log.ENV not in os.environ:
+            handle, path = tempfile.mkstemp(prefix="vllm-kimi-eagle-starts-", suffix=".jsonl")
+            os.close(handle)
+            os.environ[start_log.ENV] = path
+        os.environ[SHARED_RUNS_ENV] = tempfile.mkdtemp(prefix="vllm-kimi-eagle-runs-")
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if worker.startswith("gw") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
         cores = sorted(os.sched_getaffinity(0))
@@ -68,6 +73,17 @@ def tiny_models_line(folder: str) -> str:
             f"built on {numerics.get('cpu', 'an unrecorded CPU')})")
 
 
+def pytest_unconfigure(config):
+    """The run's shared engine results go with the run."""
+    from tests.helpers import SHARED_RUNS_ENV
+
+    folder = os.environ.get(SHARED_RUNS_ENV)
+    if folder and not hasattr(config, "workerinput"):
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def pytest_report_header(config):
     folder = default_cache_dir()
     return tiny_models_line(folder) if is_built(folder) else f"tiny models: not built yet ({folder})"
@@ -91,11 +107,13 @@ def starts_lines() -> list[str]:
     lines = [f"engine and server starts: {len(starts)} ({kinds['engine']} engines, "
              f"{kinds['server']} servers), {sum(s['seconds'] for s in starts):.0f} s in all"]
     for s in sorted(starts, key=lambda s: -s["seconds"])[:10]:
-        lines.append(f"  {s['seconds']:7.1f} s  {s['kind']:6}  {s['test'] or '-'}")
-    again = Counter((s["kind"], s["label"]) for s in starts)
-    for (kind, label), count in sorted(again.items()):
+        lines.append(f"  {s['seconds']:7.1f} s  {s['kind']:6}  {s['test'] or '-'}  "
+                     f"{s['label'][:120]}")
+    again = Counter(s["identity"] for s in starts)
+    for identity, count in sorted(again.items()):
         if count > 1:
-            lines.append(f"  started {count} times: {kind} {label[:200]}")
+            first = next(s for s in starts if s["identity"] == identity)
+            lines.append(f"  started {count} times: {first['kind']} {first['label'][:200]}")
     return lines
 
 

@@ -242,8 +242,35 @@ def engine(tiny: str, draft: str | None, env: dict | None = None, target: str = 
             "max_tokens": MAX_TOKENS,
             **extra,
         }
-        _ENGINES[key] = run_engine(spec, env=env)
+        _ENGINES[key] = shared_run(key, lambda: run_engine(spec, env=env))
     return _ENGINES[key]
+
+
+# A folder the pytest controller names for the run (tests/conftest.py): every worker keeps
+# its engine results there, so that no configuration is started twice in one run.
+SHARED_RUNS_ENV = "VLLM_KIMI_EAGLE_TEST_RUNS"
+
+
+def shared_run(key, run):
+    """``run()``'s result, computed once per test run across pytest-xdist's workers: the
+    first worker to ask runs it under a lock, the others wait and read its result."""
+    import fcntl
+    import hashlib
+
+    folder = os.environ.get(SHARED_RUNS_ENV)
+    if not folder:
+        return run()
+    path = os.path.join(folder, hashlib.sha256(json.dumps(key).encode()).hexdigest()[:20])
+    with open(path + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(path + ".json"):
+            with open(path + ".json") as f:
+                return json.load(f)
+        result = run()
+        with open(path + ".tmp", "w") as f:
+            json.dump(result, f)
+        os.replace(path + ".tmp", path + ".json")
+        return result
 
 
 _CAPTURE_DIR: list[str] = []
@@ -255,7 +282,8 @@ def captured_engine(tiny: str, draft: str, env: dict | None = None, **extra) -> 
     if not _CAPTURE_DIR:
         import tempfile
 
-        _CAPTURE_DIR.append(tempfile.mkdtemp(prefix="vllm-kimi-eagle-capture-"))
+        _CAPTURE_DIR.append(os.environ.get(SHARED_RUNS_ENV)
+                            or tempfile.mkdtemp(prefix="vllm-kimi-eagle-capture-"))
     suffix = "".join(f"-{k}={v}" for k, v in sorted((env or {}).items()))
     path = os.path.join(_CAPTURE_DIR[0], f"{draft}{suffix}.pt")
     return engine(tiny, draft, env=env, capture_draft_io=True, capture_path=path, **extra)

@@ -122,7 +122,7 @@ def run(command: list[str], log_path: str, env: dict | None = None,
                            log_path)
         finally:
             stop_group(process)  # what the child left behind
-    start_log.record("engine", " ".join(command[1:])[:400], time.perf_counter() - started)
+    start_log.record("engine", command[1:], env, time.perf_counter() - started)
     found = results_in(log_path)
     if not found:
         return failure(f"exited with code {process.returncode} after "
@@ -149,6 +149,7 @@ class Session:
                                         stderr=subprocess.STDOUT, env=env, text=True,
                                         start_new_session=True)
         self._answered = 0
+        self._started, self._command, self._env = time.perf_counter(), command, env
 
     def request(self, payload: dict, timeout: float) -> dict:
         """Send one request; its result, or an error result (the engine stopped then)."""
@@ -188,6 +189,9 @@ class Session:
         except subprocess.TimeoutExpired:
             pass
         stop_group(self.process)
+        if not self._log.closed:
+            start_log.record("engine", self._command[1:], self._env,
+                             time.perf_counter() - self._started, session=True)
         self._log.close()
 
     def __enter__(self) -> "Session":

@@ -253,7 +253,8 @@ def running_server(
                 f"({type(err).__name__}: {str(err)[:300]})") from err
     finally:
         _stop(server.process)
-        start_log.record("server", " ".join(command[3:])[:400], time.perf_counter() - started,
+        start_log.record("server", command[3:], {**os.environ, **(env or {})},
+                         time.perf_counter() - started,
                          startup_s=None if ready is None else round(ready, 1))
 
 
