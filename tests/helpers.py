@@ -229,6 +229,11 @@ def engine(tiny: str, draft: str | None, env: dict | None = None, target: str = 
     realistic draft (many rejections, many batch shapes) float32 keeps "lossless" a
     statement about speculation, not about rounding."""
     extra = {"dtype": "float32", **extra}
+    if draft and not env and extra == {"dtype": "float32"}:
+        # The default run of the plugin's class keeps its first prefill's inputs and
+        # outputs (a clone, which changes no token or counter): one start serves both
+        # engine() and captured_engine().
+        extra = {**extra, **_capture(draft, env, extra)}
     if env == NO_PLUGIN and extra["dtype"] == "float32":
         extra = {**upstream_float32_backends(os.path.join(tiny, draft) if draft else None),
                  **extra}
@@ -276,17 +281,29 @@ def shared_run(key, run):
 _CAPTURE_DIR: list[str] = []
 
 
-def captured_engine(tiny: str, draft: str, env: dict | None = None, **extra) -> dict:
-    """engine() in float32 with the draft's first prefill inputs and outputs saved (the
-    file is ``result["captured"]``); one run per draft and environment for the session."""
+def _capture(draft: str, env: dict | None, extra: dict) -> dict:
+    """The engine settings that keep the draft's first prefill, in a file named for the
+    run's configuration."""
+    import hashlib
+
     if not _CAPTURE_DIR:
         import tempfile
 
         _CAPTURE_DIR.append(os.environ.get(SHARED_RUNS_ENV)
                             or tempfile.mkdtemp(prefix="vllm-kimi-eagle-capture-"))
-    suffix = "".join(f"-{k}={v}" for k, v in sorted((env or {}).items()))
-    path = os.path.join(_CAPTURE_DIR[0], f"{draft}{suffix}.pt")
-    return engine(tiny, draft, env=env, capture_draft_io=True, capture_path=path, **extra)
+    key = json.dumps([draft, env or {}, extra], sort_keys=True)
+    name = f"{os.path.basename(draft)}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.pt"
+    return {"capture_draft_io": True, "capture_path": os.path.join(_CAPTURE_DIR[0], name)}
+
+
+def captured_engine(tiny: str, draft: str, env: dict | None = None, **extra) -> dict:
+    """engine() in float32 with the draft's first prefill inputs and outputs saved (the
+    file is ``result["captured"]``); one run per draft and environment for the session,
+    the same run as engine()'s where no environment is given."""
+    if not env and not extra:
+        return engine(tiny, draft)
+    return engine(tiny, draft, env=env, **_capture(draft, env, {"dtype": "float32", **extra}),
+                  **extra)
 
 
 # vLLM's run of our class vs the reference, float32 end to end: vLLM's CPU MLA kernel and

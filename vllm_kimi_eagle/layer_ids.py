@@ -48,6 +48,10 @@ TO_CAPTURE_ID = {OUTPUT_OF: 1, INPUT_OF: 0}
 OTHER = {OUTPUT_OF: INPUT_OF, INPUT_OF: OUTPUT_OF}
 # Where ids can be written: the top level (read first by vLLM) or inside eagle_config.
 TOP, NESTED = "top-level", "eagle_config"
+# vLLM cannot capture id 0, the input of layer 0 (the embeddings): its capture adds the
+# residual, which does not exist before layer 0 (models/deepseek_v2.py, 0.28-0.33), and
+# the engine dies on its first forward pass.
+LOWEST_CAPTURE_ID = 1
 
 
 class LayerIdError(DraftConfigError):
@@ -300,23 +304,27 @@ def _in_range(capture: list[int], layers: int | None, can_capture_after_last: bo
     if layers is None:
         return True
     highest = layers if can_capture_after_last else layers - 1
-    return all(0 <= i <= highest for i in capture)
+    return all(LOWEST_CAPTURE_ID <= i <= highest for i in capture)
 
 
 def _check_range(decision: LayerIdDecision, layers: int | None, can_capture_after_last: bool) -> None:
     if layers is None or _in_range(decision.capture_ids, layers, can_capture_after_last):
         return
     highest = layers if can_capture_after_last else layers - 1
-    bad = [i for i in decision.capture_ids if i < 0 or i > highest]
+    bad = [i for i in decision.capture_ids if i < LOWEST_CAPTURE_ID or i > highest]
     hint = ""
     if not can_capture_after_last and layers in bad:
         hint = (
             f" Capturing after the last layer (id {layers}) needs vLLM 0.25.1 or newer."
         )
+    if 0 in bad:
+        hint += (" Id 0 would be the input of layer 0, the embeddings, which vLLM cannot "
+                 "capture.")
     raise LayerIdError(
         f"draft ids {decision.written} ({decision.source}), read as {decision.convention}-"
         f"layer ({decision.reason}), mean capturing the inputs of layers "
-        f"{decision.capture_ids}, but the target has {layers} layers (valid: 0..{highest}); "
+        f"{decision.capture_ids}, but the target has {layers} layers (valid: "
+        f"{LOWEST_CAPTURE_ID}..{highest}); "
         f"{bad} is out of range.{hint} Check that the draft belongs to this target, or "
         f"state the convention with {CONVENTION_ENV}=output-of|input-of or {CONVENTION_KEY} "
         "in the draft's config.json."

@@ -88,7 +88,7 @@ def _outcome(config) -> tuple[str, object]:
     return "read", draft_report(record, _base_tensors(), **TARGET, environ={})
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(path=st.sampled_from(FIELDS), value=JSON)
 def test_a_malformed_field_is_refused_by_name_or_read_soundly(path, value):
     kind, found = _outcome(_mutated(path, value))
@@ -104,7 +104,7 @@ def test_a_malformed_field_is_refused_by_name_or_read_soundly(path, value):
             _json_type(original) == "object"), (path, value)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(deadline=None)
 @given(path=st.sampled_from(FIELDS), value=JSON)
 def test_a_reading_the_report_accepts_is_the_base_reading_or_names_a_problem(path, value):
     """What parses either serves as the base draft does, or the report says what differs
@@ -144,8 +144,7 @@ ENTRY = st.fixed_dictionaries({}, optional={
 })
 
 
-@settings(max_examples=300, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(entry=ENTRY | JSON, cut=st.integers(0, 24))
 def test_a_malformed_header_or_a_cut_file_is_one_error_naming_the_file(tmp_path, entry, cut):
     path = _file(tmp_path, {"fc.weight": entry}, bytes(24 - cut))

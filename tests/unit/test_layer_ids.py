@@ -206,3 +206,112 @@ def test_other_reading_out_of_range_is_not_ambiguous():
     decision = resolve_layer_ids(nested([4, 30, 60]), KIMI_LAYERS, environ={},
                                  can_capture_after_last=False)
     assert decision.capture_ids == [4, 30, 60] and not decision.ambiguous
+
+
+# ---- what mutation testing found unchecked (benchmarks/mutation_scores.py) -------------
+def test_id_0_is_refused_because_vllm_cannot_capture_the_embeddings():
+    with pytest.raises(LayerIdError) as err:
+        resolve_layer_ids(nested([0, 3, 5], **{CONVENTION_KEY: "input-of"}), 6, environ={})
+    message = str(err.value)
+    assert "valid: 1..6" in message and "[0] is out of range" in message
+    assert "Id 0 would be the input of layer 0, the embeddings" in message
+    # Read output-of, the same ids capture layers 1, 4, 6: fine.
+    assert resolve_layer_ids(nested([0, 3, 5], **{CONVENTION_KEY: "output-of"}), 6,
+                             environ={}).capture_ids == [1, 4, 6]
+
+
+def test_no_ids_give_vllms_default_or_say_so_without_a_target():
+    known = resolve_layer_ids({}, KIMI_LAYERS, environ={})
+    assert known.capture_ids == [2, 30, 58] and known.reason == "the draft config names no ids"
+    assert known.rule == "vllm-default" and known.source == "none" and not known.ambiguous
+    assert known.log_line() == ("draft names no layer ids; vLLM will capture its default, the "
+                                "inputs of layers [2, 30, 58]")
+    unknown = resolve_layer_ids({}, None, environ={})
+    assert unknown.capture_ids is None
+    assert unknown.log_line().endswith("the inputs of layers (2, L//2, L-3)")
+
+
+def test_an_explicit_convention_is_never_ambiguous_and_says_who_set_it():
+    decision = resolve_layer_ids(nested([3, 29, 57], **{CONVENTION_KEY: "input-of"}),
+                                 KIMI_LAYERS, environ={})
+    assert (decision.rule, decision.ambiguous, decision.tool) == ("explicit", False, None)
+    assert decision.reason == f"set by config.json {CONVENTION_KEY}"
+    env = resolve_layer_ids(nested([3, 29, 57]), KIMI_LAYERS, environ={CONVENTION_ENV: "auto"})
+    assert env.rule == "sglang-heuristic"  # "auto" states nothing
+
+
+def test_a_convention_against_the_tool_that_wrote_the_ids_is_refused_naming_both():
+    config = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 30, 58], **MODELOPT},
+              CONVENTION_KEY: "input-of"}
+    with pytest.raises(LayerIdError) as err:
+        resolve_layer_ids(config, KIMI_LAYERS, environ={})
+    message = str(err.value)
+    for words in (f"config.json {CONVENTION_KEY} says 'input-of'",
+                  "the ids in eagle_config.eagle_aux_hidden_state_layer_ids were written by "
+                  "Model-Optimizer (eagle_config holds", "which writes them output-of",
+                  f"set {CONVENTION_ENV}=input-of when serving", "vllm-kimi-eagle calibrate"):
+        assert words in message, (words, message)
+    # The same statement as the tool's, or the environment's: no conflict.
+    agreeing = dict(config, **{CONVENTION_KEY: "output-of"})
+    assert resolve_layer_ids(agreeing, KIMI_LAYERS, environ={}).capture_ids == [3, 31, 59]
+    told = resolve_layer_ids(config, KIMI_LAYERS, environ={CONVENTION_ENV: "input-of"})
+    assert told.capture_ids == [2, 30, 58] and CONVENTION_ENV in told.reason
+    # Where the tool's exports disagree (TorchSpec, headers unread), nothing contradicts.
+    torchspec = {**TORCHSPEC, **nested([3, 29, 57]), CONVENTION_KEY: "input-of"}
+    assert resolve_layer_ids(torchspec, KIMI_LAYERS, environ={}).capture_ids == [3, 29, 57]
+
+
+@pytest.mark.parametrize("config, prefix, reason", [
+    (nested([1, 20, 40]), None, "first id is 1, the training tools' convention"),
+    (nested([3, 20, 40]), None, "first id is not 1, vLLM's convention"),
+    (nested([1, 29, 57]), None, "; they are the training tools' default ids (1, L//2-1, L-4)"),
+    (nested([2, 30, 58]), None, "; they are vLLM's default ids (2, L//2, L-3)"),
+    ({**TORCHSPEC, **nested([3, 29, 57])}, None,
+     "; TorchSpec wrote this config, but its exports differ in convention and the "
+     "checkpoint's tensor names (midlayer. or layers.0.) were not read"),
+])
+def test_the_reason_says_why(config, prefix, reason):
+    decision = resolve_layer_ids(config, KIMI_LAYERS, layer_prefix=prefix, environ={})
+    assert reason in decision.reason, decision.reason
+    assert decision.reason in decision.log_line()
+
+
+def test_a_tool_read_through_two_exports_is_named_once():
+    """A TorchSpec draft whose tensor prefix was read is one export, named in full."""
+    decision = resolve_layer_ids({**TORCHSPEC, **nested([3, 29, 57])}, KIMI_LAYERS,
+                                 layer_prefix="midlayer.", environ={})
+    assert decision.tool == "TorchSpec (native export)"
+    assert "written by TorchSpec (native export): _torchspec_version and midlayer." \
+        in decision.reason
+
+
+def test_the_other_reading_out_of_range_only_where_capture_after_last_is_missing():
+    # Output-of [4, 30, 60] captures layer 61 = the layer count: fine from vLLM 0.25.1.
+    decision = resolve_layer_ids(nested([4, 30, 60]), KIMI_LAYERS, environ={})
+    assert decision.ambiguous and decision.ambiguous_with == [5, 31, 61]
+
+
+def test_ambiguity_advice_names_both_settings():
+    advice = resolve_layer_ids(nested([3, 29, 57]), KIMI_LAYERS, environ={}).log_line()
+    assert f'"{CONVENTION_KEY}": "output-of" to its config.json' in advice
+    assert f"{CONVENTION_ENV}=output-of" in advice
+    assert f'to keep this reading without this warning, "{CONVENTION_KEY}": "input-of"' in advice
+    assert "read as output-of-layer they would capture [4, 30, 58]" in advice
+
+
+def test_the_fc_width_check_needs_both_sizes_and_a_whole_multiple():
+    ok = resolve_layer_ids(nested([2, 30, 58]), KIMI_LAYERS, environ={},
+                           fc_in_features=3 * 7168, target_hidden_size=7168)
+    assert ok.capture_ids == [2, 30, 58]
+    assert resolve_layer_ids(nested([2, 30, 58]), KIMI_LAYERS, environ={},
+                             fc_in_features=4 * 7168).capture_ids == [2, 30, 58]
+    with pytest.raises(LayerIdError, match="1.5 captured states"):
+        resolve_layer_ids(nested([2, 30, 58]), KIMI_LAYERS, environ={},
+                          fc_in_features=3 * 7168 // 2, target_hidden_size=7168)
+
+
+def test_default_ids():
+    from vllm_kimi_eagle.layer_ids import tools_default_ids, vllm_default_ids
+
+    assert vllm_default_ids(61) == [2, 30, 58] and tools_default_ids(61) == [1, 29, 57]
+    assert tools_default_ids(6) == [1, 2]  # a set: L//2-1 and L-4 are both 2

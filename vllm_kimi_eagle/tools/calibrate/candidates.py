@@ -11,9 +11,8 @@ from vllm_kimi_eagle.draft_config import DraftConfig, as_record
 from vllm_kimi_eagle.layer_ids import CONVENTION_ENV, CONVENTION_KEY
 from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV
 
-# vLLM cannot capture id 0 (the embeddings: its capture adds a residual that is still
-# None before layer 0), so every reading starts at 1.
-LOWEST_CAPTURE_ID = 1
+# vLLM cannot capture id 0 (layer_ids.LOWEST_CAPTURE_ID): every reading starts at 1.
+LOWEST_CAPTURE_ID = layer_ids.LOWEST_CAPTURE_ID
 
 
 class CalibrationError(ValueError):

@@ -1,0 +1,186 @@
+"""The draft's config.json record (vllm_kimi_eagle/draft_config.py): what it reads, where
+it reads it from, and the words of each refusal. Generated malformed configs:
+tests/unit/test_draft_config_properties.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vllm_kimi_eagle.draft_config import (
+    CONVENTION_KEY,
+    IDS_KEY,
+    NESTED_IDS,
+    TOP_IDS,
+    DraftConfigError,
+    as_record,
+    load_config_json,
+    parse_draft_config,
+    read_draft_config,
+)
+
+SOURCE = "/d/config.json"
+
+
+def parse(**fields):
+    return parse_draft_config(fields, SOURCE)
+
+
+def refusal(**fields) -> str:
+    with pytest.raises(DraftConfigError) as err:
+        parse(**fields)
+    message = str(err.value)
+    assert message.startswith(SOURCE + ": ")
+    return message
+
+
+@pytest.mark.parametrize("fields, written", [
+    ({IDS_KEY: [30, 2, 58]}, ([30, 2, 58], TOP_IDS)),
+    ({"eagle_config": {IDS_KEY: [1, 29, 57]}}, ([1, 29, 57], NESTED_IDS)),
+    ({IDS_KEY: [], "eagle_config": {IDS_KEY: [1, 2]}}, ([1, 2], NESTED_IDS)),
+    ({IDS_KEY: [4, 2], "eagle_config": {IDS_KEY: [2, 4]}}, ([4, 2], TOP_IDS)),
+    ({"eagle_config": {}}, (None, "none")),
+    ({}, (None, "none")),
+], ids=["top", "nested", "empty-top", "both", "empty-nested", "absent"])
+def test_where_the_ids_are_read(fields, written):
+    record = parse(**fields)
+    assert record.written_ids == written
+    assert record.id_lists == [(where, sorted(ids)) for where, ids in
+                               ((TOP_IDS, fields.get(IDS_KEY)),
+                                (NESTED_IDS, fields.get("eagle_config", {}).get(IDS_KEY)))
+                               if ids]
+
+
+@pytest.mark.parametrize("fields, convention", [
+    ({CONVENTION_KEY: "Output_Of_Layer"}, ("output-of", f"config.json {CONVENTION_KEY}")),
+    ({"eagle_config": {CONVENTION_KEY: "input-of"}},
+     ("input-of", f"config.json eagle_config.{CONVENTION_KEY}")),
+    ({CONVENTION_KEY: "auto", "eagle_config": {CONVENTION_KEY: "auto"}}, (None, "")),
+    ({CONVENTION_KEY: " input_of "}, ("input-of", f"config.json {CONVENTION_KEY}")),
+    ({}, (None, "")),
+])
+def test_the_written_convention_in_its_one_spelling(fields, convention):
+    assert parse(**fields).written_convention == convention
+
+
+def test_two_things_written_in_two_places_are_refused_naming_both():
+    ids = refusal(**{IDS_KEY: [1, 2, 4], "eagle_config": {IDS_KEY: [2, 3, 5]}})
+    assert f"{IDS_KEY} is [1, 2, 4] and {NESTED_IDS} is [2, 3, 5]" in ids
+    said = refusal(**{CONVENTION_KEY: "input-of",
+                      "eagle_config": {CONVENTION_KEY: "output_of"}})
+    assert f"{CONVENTION_KEY} is 'input-of' and eagle_config.{CONVENTION_KEY} is " \
+           "'output-of'" in said
+    # The same things written twice are one reading.
+    parse(**{CONVENTION_KEY: "input-of", "eagle_config": {CONVENTION_KEY: "input_of"}})
+
+
+@pytest.mark.parametrize("fields, rope_type, theta", [
+    ({"rope_theta": 5e4, "rope_scaling": {"type": "yarn", "factor": 32.0}}, "yarn", 5e4),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}, "rope_theta": 5e4},
+     "default", 1e4),
+    ({"rope_parameters": {"rope_type": "yarn", "factor": 2}, "rope_theta": 5e4}, "yarn", 5e4),
+    ({"rope_theta": 10000}, None, 10000),
+    ({}, None, None),
+])
+def test_the_rope_base_and_type(fields, rope_type, theta):
+    record = parse(**fields)
+    assert (record.rope.kind if record.rope else None) == rope_type
+    assert record.config_rope_theta == theta
+
+
+@pytest.mark.parametrize("rope, words", [
+    ({"rope_type": "sideways"}, "rope type 'sideways' is not one of default"),
+    ({"type": "yarn"}, "rope type 'yarn' needs a positive 'factor'"),
+    ({"rope_type": "linear", "factor": 0}, "field 'rope_scaling.factor' is 0; expected a value "
+                                           "greater than 0"),
+    ({"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4.5},
+     "field 'rope_scaling.original_max_position_embeddings' is 4.5; expected an integer"),
+])
+def test_rope_scaling_is_refused_by_name(rope, words):
+    assert words in refusal(rope_scaling=rope)
+
+
+def test_a_default_rope_needs_no_factor():
+    assert parse(rope_scaling={"rope_type": "default"}).rope.kind == "default"
+    assert parse(rope_scaling={}).rope.kind == "default"
+
+
+@pytest.mark.parametrize("fields, markers", [
+    ({"eagle_config": {"parallel_draft_step": 1}}, (True, False, False)),
+    ({"eagle_config": {"next_layer_regular": None}}, (True, False, False)),
+    ({"_torchspec_version": "0.2"}, (False, True, False)),
+    ({"_torchspec_version": None}, (False, False, False)),
+    ({"architectures": ["DeepseekV3ForCausalLMEagle3"]}, (False, False, True)),
+    ({"architectures": ["Eagle3DeepseekV2ForCausalLM"]}, (False, False, False)),
+])
+def test_training_tool_fingerprints(fields, markers):
+    record = parse(**fields)
+    assert (record.nested.modelopt_marker, record.torchspec_marker,
+            record.specforge_marker) == markers
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"hidden_size": True}, "field 'hidden_size' is true; expected an integer"),
+    ({"hidden_size": 0}, "field 'hidden_size' is 0; expected a value greater than 0"),
+    ({"qk_nope_head_dim": -1}, "field 'qk_nope_head_dim' is -1; expected a value of at least 0"),
+    ({"rms_norm_eps": "1e-6"}, "field 'rms_norm_eps' is \"1e-6\"; expected a number"),
+    ({"logit_scale": float("inf")}, "field 'logit_scale' is Infinity; expected a finite number"),
+    ({"fc_norm": 1}, "field 'fc_norm' is 1; expected true or false"),
+    ({"hidden_act": 7}, "field 'hidden_act' is 7; expected a string"),
+    ({"architectures": "Eagle3DeepseekV2ForCausalLM"},
+     "field 'architectures' is \"Eagle3DeepseekV2ForCausalLM\"; expected a list"),
+    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128]}},
+     "field 'quantization_config.weight_block_size' is [128]; expected a list of 2"),
+    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [1, 2, 3]}},
+     "expected a list of 2"),
+    ({"eagle_config": {IDS_KEY: [2, 2]}},
+     f"field 'eagle_config.{IDS_KEY}' is [2, 2]: id(s) [2] appear more than once"),
+    ({CONVENTION_KEY: "middle"},
+     f"field '{CONVENTION_KEY}' is \"middle\": expected one of 'output-of', 'input-of', "
+     "'auto'"),
+    ({"eagle_config": {"use_last_layernorm": "yes"}},
+     "field 'eagle_config.use_last_layernorm' is \"yes\"; expected true or false"),
+])
+def test_each_refusal_names_the_field_the_value_and_what_was_expected(fields, words):
+    message = refusal(**fields)
+    assert words in message, message
+    assert message.endswith("Fix the field in config.json, or export the draft again.")
+
+
+def test_every_malformed_field_is_named_in_one_error():
+    message = refusal(hidden_size="wide", kv_lora_rank="512", mla_use_nope="sometimes")
+    assert message.count("; expected") == 3
+    assert message.index("'hidden_size'") < message.index("'kv_lora_rank'")
+
+
+def test_a_long_value_is_cut_short():
+    message = refusal(hidden_act=["a" * 200])
+    assert '["aaaa' in message and "..." in message and "a" * 100 not in message
+
+
+@pytest.mark.parametrize("raw, words", [
+    ([1, 2], "holds list [1, 2], not a JSON object"),
+    ("text", 'holds str "text"'),
+    (None, "holds NoneType null"),
+])
+def test_a_config_json_that_is_no_object(raw, words):
+    with pytest.raises(DraftConfigError, match="^" + SOURCE) as err:
+        parse_draft_config(raw, SOURCE)
+    assert words in str(err.value)
+
+
+def test_files_are_read_once_with_their_path_in_every_error(tmp_path):
+    folder = tmp_path / "draft"
+    folder.mkdir()
+    with pytest.raises(DraftConfigError, match="config.json: not found"):
+        load_config_json(str(folder))
+    (folder / "config.json").write_text('{"hidden_size": 256, "vocab')
+    with pytest.raises(DraftConfigError, match="not valid JSON .*truncated or corrupt"):
+        read_draft_config(str(folder))
+    (folder / "config.json").write_text(json.dumps({"hidden_size": 256}))
+    record = read_draft_config(str(folder))
+    assert record.hidden_size == 256 and record.source == str(folder / "config.json")
+    assert read_draft_config(str(folder / "config.json")).source == record.source
+    assert as_record(record) is record
+    assert as_record({"hidden_size": 8}, "x.json").source == "x.json"
