@@ -63,7 +63,10 @@ def _install() -> list[str]:
     """Install what this vLLM release needs; what was changed, in words (the load line)."""
     from vllm_kimi_eagle import vllm_compat
 
-    act, message = vllm_compat.support_verdict(vllm_compat.installed_vllm_version())
+    from vllm_kimi_eagle import settings
+
+    act, message = vllm_compat.support_verdict(vllm_compat.installed_vllm_version(),
+                                               settings.value(settings.UNCHECKED_RELEASE))
     if message:
         logger.warning(message)
     if not act:

@@ -90,12 +90,13 @@ def switched_on(environ=os.environ) -> bool:
 
 def install_cpu_mla_verify(environ=os.environ) -> dict[str, str]:
     """Give each CPU MLA backend the multi-token decode builder; per backend name,
-    ``"replaced"``, ``"already"``, ``"triton"`` (a GPU build: the CPU backends are not
-    used), ``"off"`` (``SWITCH=0``) or ``"absent"`` (no such backend in this vLLM, or not
-    as read)."""
+    ``"replaced"``, ``"already"``, ``"triton"`` or ``"not-cpu"`` (not the CPU platform:
+    the CPU backends are not used), ``"off"`` (``SWITCH=0``) or ``"absent"`` (no such
+    backend in this vLLM, or not as read)."""
     names = [name for name, _ in vllm_compat.CPU_MLA_BACKENDS]
-    if vllm_compat.has_triton():
-        return dict.fromkeys(names, "triton")
+    skipped = vllm_compat.cpu_stand_ins_skipped()
+    if skipped:
+        return dict.fromkeys(names, skipped)
     if not switched_on(environ):
         return dict.fromkeys(names, "off")
     common_module, builder_name, support_name, decode_name = vllm_compat.MLA_COMMON
@@ -139,7 +140,7 @@ def log_line(backend_name: str) -> str:
 
 def off_line(environ=os.environ) -> str | None:
     """What a speculative config's log says when the switch keeps vLLM's prefill path."""
-    if vllm_compat.has_triton() or switched_on(environ):
+    if vllm_compat.cpu_stand_ins_skipped() or switched_on(environ):
         return None
     return (f"{SWITCH}=0: vLLM's CPU MLA backends verify draft tokens through their "
             "prefill path (every verification and first draft pass is a prefill).")

@@ -72,11 +72,13 @@ def top_k_only_allowing_empty(original):
 
 def install_cpu_sampler() -> dict[str, str]:
     """Mend both defects where this vLLM has them: for ``"expand"`` and ``"top_k"``,
-    ``"replaced"``, ``"already"``, ``"triton"`` (vLLM runs its Triton kernels, as on GPUs:
-    nothing to do), ``"absent"`` (this release has no such function) or ``"unknown"`` (its
-    signature is not the one read: left alone, with a warning)."""
-    if vllm_compat.has_triton():
-        return {"expand": "triton", "top_k": "triton"}
+    ``"replaced"``, ``"already"``, ``"triton"`` or ``"not-cpu"`` (this process does not
+    run the CPU stand-ins: nothing to do; ``vllm_compat.cpu_stand_ins_skipped``),
+    ``"absent"`` (this release has no such function) or ``"unknown"`` (its signature is
+    not the one read: left alone, with a warning)."""
+    skipped = vllm_compat.cpu_stand_ins_skipped()
+    if skipped:
+        return {"expand": skipped, "top_k": skipped}
     return {"expand": _install_expand(), "top_k": _install_top_k()}
 
 

