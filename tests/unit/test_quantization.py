@@ -96,3 +96,61 @@ def test_quantizers_round_trip():
     int8, channel = int8_per_channel(weight)
     assert channel.shape == (200, 1) and ((int8.float() * channel) - weight).abs().max() \
         <= channel.max() * 0.5 + 1e-9
+
+
+@pytest.mark.parametrize("quantization, q_lora, on_cpu, amx, dtype, message", [
+    (Quantization("fp8-block", (128, 128)), 64, False, False, "bfloat16",
+     "block FP8 [128, 128]: q_lora_rank 64 is not a multiple of block_n 128, so vLLM cannot "
+     "load the scales of the fused q_a/kv_a projection; quantize with a block_n that divides "
+     "q_lora_rank (e.g. [64, 128]), or serve the unquantized draft"),
+    (Quantization("fp8-block", (64, 128)), 64, True, False, "bfloat16",
+     "block FP8 [64, 128] needs a CPU with AMX on vLLM's CPU build (it has no kernel "
+     "otherwise); serve the unquantized draft here, or this one on a GPU"),
+    (Quantization("int8-channel"), 64, True, False, "bfloat16",
+     "compressed-tensors W8A8 int8 needs a CPU with AMX on vLLM's CPU build: elsewhere its "
+     "oneDNN kernel keeps no weight for MLA attention to split kv_b_proj from, and loading "
+     "fails; serve the unquantized draft here, or this one on a GPU"),
+    (Quantization("int8-channel"), 64, True, True, "float32",
+     "compressed-tensors W8A8 int8 needs bfloat16 or float16 activations on vLLM's CPU build "
+     "and the engine is float32; serve with --dtype bfloat16, or serve the unquantized draft "
+     "here, or this one on a GPU"),
+    (Quantization("int8-channel"), 64, True, True, "float16", None),
+    (Quantization("fp8-block", (64, 128)), None, True, True, "float16", None),
+])
+def test_each_refusal_says_what_to_do(quantization, q_lora, on_cpu, amx, dtype, message):
+    assert serving_problem(quantization, q_lora, on_cpu=on_cpu, amx=amx, dtype=dtype) == message
+
+
+@pytest.mark.parametrize("raw, found", [
+    ({"quant_method": "FP8", "weight_block_size": [128, 64]}, Quantization("fp8-block", (128, 64))),
+    ({"quant_method": "fp8", "weight_block_size": [64, 64], "activation_scheme": "dynamic"},
+     Quantization("fp8-block", (64, 64))),
+])
+def test_the_block_and_the_method_are_read_as_written(raw, found):
+    assert spec_from_config(config(raw)).quantization == found
+    assert found.weight_dtype == "F8_E4M3"
+
+
+@pytest.mark.parametrize("group", [
+    {"weights": {"type": "int", "num_bits": 4, "strategy": "channel"},
+     "input_activations": {"dynamic": True}},
+    {"weights": {"type": "int", "num_bits": 8, "strategy": "tensor"},
+     "input_activations": {"dynamic": True}},
+    {"weights": {"type": "float", "num_bits": 8, "strategy": "channel"},
+     "input_activations": {"dynamic": True}},
+    {"weights": {"type": "int", "num_bits": 8, "strategy": "channel"},
+     "input_activations": {"dynamic": False}},
+    {"weights": {"type": "int", "num_bits": 8, "strategy": "channel"}},
+    {"input_activations": {"dynamic": True}},
+], ids=["4-bit", "per-tensor", "float", "static", "no-activations", "no-weights"])
+def test_other_compressed_tensors_schemes_are_refused(group):
+    raw = {"quant_method": "compressed-tensors", "config_groups": {"group_0": group}}
+    with pytest.raises(DraftConfigError, match="quant_method 'compressed-tensors'"):
+        spec_from_config(config(raw), source="draft/config.json")
+
+
+def test_two_groups_are_refused():
+    group = SCHEMES["int8-channel"](None)["config_groups"]["group_0"]
+    raw = {"quant_method": "compressed-tensors", "config_groups": {"a": group, "b": group}}
+    with pytest.raises(DraftConfigError, match="is not a scheme whose tensors"):
+        spec_from_config(config(raw))

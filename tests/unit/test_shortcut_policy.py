@@ -44,3 +44,33 @@ def test_every_conflict_names_where_vllm_rejects_it():
         reason = shortcut_policy.conflict({**DEFAULTS, field: value})
         assert reason and field in reason and why in reason
     assert shortcut_policy.conflict(DEFAULTS) is None
+
+
+@pytest.mark.parametrize("settings, given, environ, reason, changed", [
+    ({}, None, {}, "the plugin cannot tell whether the speculative config set it, so vLLM's "
+     f"value stands; set \"{FLAG}\": true in --speculative-config to use it", False),
+    ({}, frozenset({FLAG}), {}, "set in the speculative config", False),
+    ({}, frozenset(), {SHORTCUT_ENV: "off"}, f"{SHORTCUT_ENV}=0", False),
+    ({"draft_sample_method": "probabilistic"}, frozenset(), {},
+     "vLLM rejects it with draft_sample_method='probabilistic': ", False),
+    ({FLAG: True}, frozenset(), {}, "already on", False),
+    ({}, frozenset(), {}, "greedy draft sampling, nothing in the speculative config against "
+     f"it; \"{FLAG}\": false in --speculative-config or {SHORTCUT_ENV}=0 keeps it off", True),
+])
+def test_each_decision_says_why(settings, given, environ, reason, changed):
+    decision = decide({**DEFAULTS, **settings}, given, environ)
+    assert decision.reason.startswith(reason), decision.reason
+    assert decision.changed is changed
+    how = "turned on by the plugin" if changed else "left as it was"
+    state = "on" if decision.use else "off"
+    assert decision.log_line() == (f"greedy draft-token shortcut (vLLM's {FLAG}) is {state}, "
+                                   f"{how}: {decision.reason}")
+
+
+def test_a_missing_flag_counts_as_off_and_a_conflict_is_matched_exactly():
+    assert decide({}, frozenset(), {}).use is True  # absent: off, then turned on
+    assert decide({"draft_sample_method": "greedy"}, frozenset(), {}).changed is True
+    assert shortcut_policy.conflict({"enable_adaptive_verification": False}) is None
+    assert shortcut_policy.conflict({}) is None
+    assert shortcut_policy.env_allows({}) is True
+    assert shortcut_policy.env_allows({SHORTCUT_ENV: "no"}) is False
