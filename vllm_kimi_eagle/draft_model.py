@@ -76,7 +76,8 @@ def served_draft(draft_model_config) -> ServedDraft:
     raw, source = found
     report = draft_report(parse_draft_config(raw, source), None, target_layers=None,
                           target_hidden=None, target_vocab=None, can_capture_after_last=True)
-    return report.served(raw)
+    return report.served(raw, getattr(draft_model_config.hf_config, "max_position_embeddings",
+                                      None))
 
 
 def attention_config(config, spec: DraftSpec, rope_theta: float | None):
@@ -94,7 +95,7 @@ class Eagle3MLADecoderLayer(nn.Module):
     """MLA attention over concat[input_layernorm(embed), hidden_norm(h)], then a dense MLP."""
 
     def __init__(self, vllm_config: VllmConfig, config, spec: DraftSpec, prefix: str,
-                 rope_theta: float | None = None):
+                 rope_theta: float | None = None, max_positions: int | None = None):
         super().__init__()
         quant_config = get_draft_quant_config(vllm_config)
         h, eps = spec.hidden_size, spec.rms_norm_eps
@@ -109,7 +110,7 @@ class Eagle3MLADecoderLayer(nn.Module):
             v_head_dim=spec.v_head_dim,
             q_lora_rank=spec.q_lora_rank,
             kv_lora_rank=spec.kv_lora_rank,
-            max_position_embeddings=spec.max_position_embeddings,
+            max_position_embeddings=max_positions or spec.max_position_embeddings,
             cache_config=vllm_config.cache_config,
             quant_config=quant_config,
             prefix=f"{prefix}.self_attn",
@@ -165,6 +166,7 @@ class Eagle3MLAModel(nn.Module):
                     spec,
                     prefix=maybe_prefix(prefix, f"layers.{start_layer_id}"),
                     rope_theta=served.rope_theta,
+                    max_positions=served.max_positions,
                 )
             ]
         )

@@ -54,11 +54,12 @@ class DraftReport:
     def positions_line(self) -> str:
         return self.positions.log_line()
 
-    def served(self, raw: dict) -> ServedDraft:
-        """The decisions the draft class needs, with the config.json they were made on."""
+    def served(self, raw: dict, max_positions: int | None = None) -> ServedDraft:
+        """The decisions the draft class needs, with the config.json they were made on;
+        ``max_positions``: what vLLM made of the draft's max_position_embeddings."""
         return ServedDraft(raw, self.config.source,
                            self.decision.capture_ids if self.decision else None,
-                           self.positions.nope, self.rope_theta)
+                           self.positions.nope, self.rope_theta, max_positions)
 
 
 def draft_report(

@@ -26,6 +26,10 @@ class ServedDraft:
     capture_ids: list[int] | None  # the target layers vLLM captures; None: not decided
     nope: bool  # the draft's attention reads positions unrotated (Kimi-K3)
     rope_theta: float | None  # the rope base served; None: the config's (or none)
+    # The positions the draft's rotary cache covers: vLLM raises an EAGLE draft's
+    # max_position_embeddings to the target's max_model_len (0.27 on, vLLM issue #48894);
+    # None: config.json's.
+    max_positions: int | None = None
 
     def config(self) -> DraftConfig:
         return parse_draft_config(self.raw, self.source)

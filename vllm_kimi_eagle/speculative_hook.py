@@ -108,6 +108,7 @@ class DraftAtHand:
     target_hidden: int
     target_vocab: int
     dtype: str
+    max_positions: int | None  # vLLM's max_position_embeddings for the draft
     hf_config: object  # vLLM's draft config object, which the hook writes to
     decided: bool  # the hook has run for this draft config already
 
@@ -119,7 +120,8 @@ def draft_at_hand(spec_config, ours: bool) -> DraftAtHand:
         draft.model, getattr(draft, "revision", None), mla, ours and mla,
         getattr(target.hf_config, "model_type", None) in KIMI_DEEPSEEK_TARGETS,
         vllm_compat.total_layers(target), target.get_hidden_size(), target.get_vocab_size(),
-        str(draft.dtype).removeprefix("torch."), draft.hf_config,
+        str(draft.dtype).removeprefix("torch."),
+        getattr(draft.hf_config, "max_position_embeddings", None), draft.hf_config,
         getattr(draft.hf_config, CHANNEL, None) is not None)
 
 
@@ -185,6 +187,20 @@ def apply_layer_ids(draft: DraftAtHand, report: DraftReport) -> None:
     draft.hf_config.eagle_aux_hidden_state_layer_ids = list(decision.capture_ids)
     log = logger.warning if decision.ambiguous else logger.info
     log("vllm-kimi-eagle: %s", report.layer_ids_line)
+
+
+def check_release(report: DraftReport) -> None:
+    """Refuse a draft this vLLM release would serve with part of it silently missing."""
+    version = vllm_compat.installed_vllm_version()
+    spec = report.spec
+    if spec is not None and spec.output_gate and version is not None \
+            and version < vllm_compat.OUTPUT_GATE_FROM:
+        raise DraftConfigError(
+            f"{report.config.source}: mla_use_output_gate is true, but vLLM {version}'s MLA "
+            "attention never applies an output gate (from "
+            f"{vllm_compat.OUTPUT_GATE_FROM} it does): the draft would be served without "
+            f"it, at lower acceptance. Serve it on vLLM {vllm_compat.OUTPUT_GATE_FROM} or "
+            "newer.")
 
 
 def check_checkpoint(draft: DraftAtHand, report: DraftReport, headers: DraftHeaders) -> None:
@@ -321,10 +337,11 @@ def apply_plan(spec_config, draft: DraftAtHand, plan: Plan) -> None:
         apply_layer_ids(draft, report)
     check_schedule(spec_config)
     if draft.ours:
+        check_release(report)
         check_checkpoint(draft, report, plan.headers)
         check_quantization(draft, report)
         apply_greedy_shortcut(spec_config)
-    report.served(plan.raw).attach(draft.hf_config)
+    report.served(plan.raw, draft.max_positions).attach(draft.hf_config)
 
 
 # The errors that are a verdict on the user's draft or settings, each naming the field.

