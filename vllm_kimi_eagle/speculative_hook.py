@@ -193,8 +193,8 @@ def check_release(report: DraftReport) -> None:
     """Refuse a draft this vLLM release would serve with part of it silently missing."""
     version = vllm_compat.installed_vllm_version()
     spec = report.spec
-    if spec is not None and spec.output_gate and version is not None \
-            and version < vllm_compat.OUTPUT_GATE_FROM:
+    gated = spec is not None and spec.output_gate
+    if gated and version is not None and version < vllm_compat.OUTPUT_GATE_FROM:
         raise DraftConfigError(
             f"{report.config.source}: mla_use_output_gate is true, but vLLM {version}'s MLA "
             "attention never applies an output gate (from "
