@@ -57,12 +57,7 @@ def resolve(model: str, revision: str | None = None, *, role: str = "model",
                             "give the model's folder or its hub id")
     try:
         from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import (
-            HfHubHTTPError,
-            LocalEntryNotFoundError,
-            RepositoryNotFoundError,
-            RevisionNotFoundError,
-        )
+        from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
     except ImportError:
         raise ModelNotFound(f"{role} {model}: no such folder, and huggingface_hub is not "
                             "installed to look the id up; give the model's folder") from None
@@ -81,7 +76,7 @@ def resolve(model: str, revision: str | None = None, *, role: str = "model",
         raise ModelNotFound(f"{role} {model}{rev}: the hub has no such model or revision "
                             f"({type(err).__name__}); check the id, or log in with "
                             "`hf auth login` if it is private or gated") from None
-    except (HfHubHTTPError, LocalEntryNotFoundError, OSError) as err:
+    except Exception as err:  # HTTP errors, timeouts, a missing cache entry: one line
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise ModelNotFound(f"{role} {model}{rev}: could not be fetched from the hub "
                             f"({type(err).__name__}: {first}); "
