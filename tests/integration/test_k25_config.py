@@ -8,6 +8,8 @@ trained on the text-only target apply unchanged. Served: tests/e2e/test_k25_e2e.
 
 from __future__ import annotations
 
+import pytest
+
 import json
 import os
 
@@ -61,7 +63,16 @@ def test_shipped_config_and_image_processor_agree_with_vllms(k25):
         from vllm.transformers_utils.processors.kimi_k25_vision_fused import (
             KimiK25FusedVisionProcessor)
         config = AutoConfig.from_pretrained({k25!r}, trust_remote_code=True)
-        ours = AutoImageProcessor.from_pretrained({k25!r}, trust_remote_code=True)
+        try:
+            ours = AutoImageProcessor.from_pretrained({k25!r}, trust_remote_code=True)
+        except ImportError as err:  # transformers below 5.18 wants torchvision here
+            if "Torchvision" not in str(err):
+                raise
+            import transformers
+            print(json.dumps({{"skip": f"transformers {{transformers.__version__}}'s "
+                              "AutoImageProcessor needs torchvision, which the CPU "
+                              "venv leaves out (its CUDA build breaks imports)"}}))
+            raise SystemExit(0)
         processor = AutoProcessor.from_pretrained({k25!r}, trust_remote_code=True)
         vllms = KimiK25FusedVisionProcessor.from_pretrained({k25!r})
         rng = np.random.default_rng(0)
@@ -79,6 +90,8 @@ def test_shipped_config_and_image_processor_agree_with_vllms(k25):
         print(json.dumps({{"layers": config.text_config.num_hidden_layers,
                            "vision_hidden": config.vision_config.hidden_size, "rows": rows}}))
     """)
+    if "skip" in result:
+        pytest.skip(result["skip"])
     assert result["layers"] == 6 and result["vision_hidden"] == 64
     for row in result["rows"]:
         assert row["tokens"][0] == row["tokens"][1] == row["tokens"][2] > 0, row
