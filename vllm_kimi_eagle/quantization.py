@@ -96,6 +96,11 @@ def serving_problem(quantization: Quantization, q_lora_rank: int | None, *, on_c
 
     - block FP8 loads the fused q_a/kv_a projection's scales split at q_lora_rank, which
       must therefore be a multiple of block_n (otherwise loading fails, on every platform);
+    - on a GPU, block FP8 needs square blocks: vLLM quantizes activations in groups of
+      block_n (fp8.py) while its Triton block-FP8 kernel, the one that takes blocks other
+      than [128, 128], asserts groups of block_k; start-up fails in MLA's
+      process_weights_after_loading, with either draft class (seen on vLLM 0.26.0 on an
+      H200; the same code in 0.32 and 0.33);
     - on the CPU build, block FP8 runs only on CPUs with AMX (no kernel otherwise), with
       bfloat16 or float16 activations;
     - W8A8 int8 on the CPU build takes the AMX kernel, which refuses float32 activations;
@@ -106,13 +111,20 @@ def serving_problem(quantization: Quantization, q_lora_rank: int | None, *, on_c
     words = SCHEMES[quantization.scheme]["words"]
     if quantization.block:
         words += f" {list(quantization.block)}"
-        block_n = quantization.block[0]
+        block_n, block_k = quantization.block
         if q_lora_rank is not None and q_lora_rank % block_n:
+            divisor = math.gcd(q_lora_rank, block_n)
             return (f"{words}: q_lora_rank {q_lora_rank} is not a multiple of block_n "
                     f"{block_n}, so vLLM cannot load the scales of the fused q_a/kv_a "
                     "projection; quantize with a block_n that divides q_lora_rank (e.g. "
-                    f"[{math.gcd(q_lora_rank, block_n)}, {quantization.block[1]}]), or serve "
+                    f"[{divisor}, {block_k if on_cpu else divisor}]), or serve "
                     "the unquantized draft")
+        if not on_cpu and block_n != block_k:
+            return (f"{words} on a GPU: vLLM quantizes the activations in groups of block_n "
+                    f"({block_n}) and its block-FP8 kernel reads groups of block_k "
+                    f"({block_k}), so start-up fails loading MLA attention; quantize with "
+                    "square blocks (DeepSeek and Kimi ship [128, 128]), or serve the "
+                    "unquantized draft")
     if not on_cpu:
         return None
     fix = "serve the unquantized draft here, or this one on a GPU"

@@ -4,9 +4,12 @@ refusal on a machine without a CUDA GPU (this one)."""
 from __future__ import annotations
 
 
+import pytest
+
 from tests.helpers import run_cli
 from vllm_kimi_eagle import vllm_compat
 from vllm_kimi_eagle.tools import vllm_runners
+from vllm_kimi_eagle.tools.gpu_check import cli
 from vllm_kimi_eagle.tools.gpu_check.matrix import (
     IN_TREE,
     PLUGIN,
@@ -42,8 +45,8 @@ def test_matrix_covers_runners_drafts_classes_and_settings():
         assert cases[f"{runner}/draft/plugin-probabilistic"].shortcut == SHORTCUT_PROBABILISTIC
         assert cases[f"{runner}/draft/plugin-user-false"].shortcut == SHORTCUT_USER
     assert not any(c.tensor_parallel > 1 for c in cases.values())
-    fp8 = cases["default/draft-fp8-block/plugin"]
-    assert fp8.in_tree_twin == "default/draft-fp8-block/in-tree" and fp8.draft == "draft-fp8-block"
+    fp8 = cases["default/draft-fp8-block64/plugin"]
+    assert fp8.in_tree_twin == "default/draft-fp8-block64/in-tree" and fp8.draft == "draft-fp8-block64"
     two = [c for c in matrix(gpus=2) if c.tensor_parallel == 2]
     assert {c.draft_class for c in two} == {None, PLUGIN, IN_TREE}
 
@@ -132,3 +135,17 @@ def test_gpu_check_says_which_runner_serves_a_k_schedule():
                                                    "v2": "served as written"}
     older = schedule_support(Version("0.30.0"))
     assert older["v1"] == "served as written" and "#51510" in older["v2"]
+
+
+@pytest.mark.parametrize("cause, again", [
+    ("(EngineCore pid=1445) ValueError: No available memory for the cache blocks. Try "
+     "increasing `gpu_memory_utilization` when initializing the engine", True),
+    ("(EngineCore pid=9) AssertionError: Error in memory profiling. Initial free memory "
+     "..., current free memory ...", True),
+    ("(EngineCore pid=9) ValueError: No valid MLA prefill backend found", False),
+])
+def test_a_case_that_tripped_on_its_neighbours_runs_again_alone(cause, again):
+    # The first cause is the line an engine printed on an H200 (vLLM 0.26.0) with three
+    # engines starting beside it.
+    assert cli.tripped_on_neighbours({"error": "engine failed", "cause": cause}) is again
+    assert cli.tripped_on_neighbours({"token_ids": []}) is False

@@ -74,13 +74,15 @@ def test_a_linear_left_in_float_is_a_problem():
     (Quantization("fp8-block", (128, 128)), 64, False, False, "bfloat16",
      "q_lora_rank 64 is not a multiple of block_n 128"),
     (Quantization("fp8-block", (128, 128)), 1536, False, False, "bfloat16", None),
+    (Quantization("fp8-block", (64, 128)), 64, False, False, "bfloat16", "square blocks"),
+    (Quantization("fp8-block", (64, 64)), 64, False, False, "bfloat16", None),
     (Quantization("fp8-block", (64, 128)), 64, True, False, "bfloat16", "needs a CPU with AMX"),
     (Quantization("fp8-block", (64, 128)), 64, True, True, "float32",
      "needs bfloat16 or float16 activations"),
     (Quantization("int8-channel"), 64, True, True, "float32", "needs bfloat16"),
     (Quantization("int8-channel"), 64, True, False, "bfloat16", "needs a CPU with AMX"),
     (Quantization("int8-channel"), 64, False, False, "float32", None),
-], ids=["fp8-amx", "fp8-q-lora", "fp8-gpu", "fp8-no-amx", "fp8-float32", "int8-amx-float32",
+], ids=["fp8-amx", "fp8-q-lora", "fp8-gpu", "fp8-gpu-not-square", "fp8-gpu-square", "fp8-no-amx", "fp8-float32", "int8-amx-float32",
         "int8-no-amx", "int8-gpu"])
 def test_where_a_scheme_is_served(quantization, q_lora, on_cpu, amx, dtype, says):
     problem = serving_problem(quantization, q_lora, on_cpu=on_cpu, amx=amx, dtype=dtype)
@@ -102,7 +104,16 @@ def test_quantizers_round_trip():
     (Quantization("fp8-block", (128, 128)), 64, False, False, "bfloat16",
      "block FP8 [128, 128]: q_lora_rank 64 is not a multiple of block_n 128, so vLLM cannot "
      "load the scales of the fused q_a/kv_a projection; quantize with a block_n that divides "
+     "q_lora_rank (e.g. [64, 64]), or serve the unquantized draft"),
+    (Quantization("fp8-block", (128, 128)), 64, True, True, "bfloat16",
+     "block FP8 [128, 128]: q_lora_rank 64 is not a multiple of block_n 128, so vLLM cannot "
+     "load the scales of the fused q_a/kv_a projection; quantize with a block_n that divides "
      "q_lora_rank (e.g. [64, 128]), or serve the unquantized draft"),
+    (Quantization("fp8-block", (64, 128)), 64, False, False, "bfloat16",
+     "block FP8 [64, 128] on a GPU: vLLM quantizes the activations in groups of block_n (64) "
+     "and its block-FP8 kernel reads groups of block_k (128), so start-up fails loading MLA "
+     "attention; quantize with square blocks (DeepSeek and Kimi ship [128, 128]), or serve "
+     "the unquantized draft"),
     (Quantization("fp8-block", (64, 128)), 64, True, False, "bfloat16",
      "block FP8 [64, 128] needs a CPU with AMX on vLLM's CPU build (it has no kernel "
      "otherwise); serve the unquantized draft here, or this one on a GPU"),

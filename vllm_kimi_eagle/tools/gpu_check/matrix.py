@@ -9,9 +9,10 @@ from vllm_kimi_eagle.tools import vllm_runners
 
 BASE, EAGLE31 = "draft", "draft-eagle3.1"
 # Quantized copies of the base draft gpu-check writes next to the tiny models (folder ->
-# scheme and block of fixtures/quantized.py): vLLM's GPU FP8 kernels, both classes.
-FP8 = "draft-fp8-block"
-QUANTIZED = {FP8: ("fp8-block", (64, 128))}
+# scheme and block of fixtures/quantized.py): vLLM's GPU FP8 kernels, both classes. Square
+# blocks: vLLM's GPU block-FP8 path serves no others (quantization.serving_problem).
+FP8 = "draft-fp8-block64"
+QUANTIZED = {FP8: ("fp8-block", (64, 64))}
 PLUGIN, IN_TREE = "plugin", "in-tree"
 # What the plugin's one INFO line about vLLM's use_local_argmax_reduction must say.
 SHORTCUT_ON = "is on, turned on by the plugin"
