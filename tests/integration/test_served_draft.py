@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import os
 
+from packaging.version import Version
+
 from tests.helpers import run_python, write_config_only_models
+from vllm_kimi_eagle import vllm_compat
 
 PROBE = """
 import json
@@ -17,14 +20,19 @@ config = EngineArgs(model={target!r}, max_model_len=512, speculative_config={{
     "method": "eagle3", "model": {draft!r}, "num_speculative_tokens": 3}}).create_engine_config()
 served = attached(config.speculative_config.draft_model_config.hf_config)
 print(json.dumps({{"served": served and {{k: v for k, v in vars(served).items() if k != "raw"}},
-                  "raw": served and served.raw}}))
+                  "raw": served and served.raw,
+                  "vllm_positions": config.speculative_config.draft_model_config.hf_config
+                  .max_position_embeddings}}))
 """
 
 
 def test_the_draft_class_gets_the_decisions_and_vllms_positions(tmp_path):
     """A draft whose config.json says 256 positions, served with max_model_len 512: vLLM
-    raises its max_position_embeddings to 512 (0.27 on), and the draft class is told so;
-    its rotary cache read 256 from config.json would end short of the positions served."""
+    0.27-0.32 raise its max_position_embeddings to 512, and the draft class is told so (its
+    rotary cache read 256 from config.json would end short of the positions served); 0.33
+    raises it only for RoPE types that size nothing but the cache, and leaves this YaRN
+    draft at 256 (YaRN sizes its cache from the original positions). The class is told
+    what vLLM decided, whichever release."""
     target, draft = write_config_only_models(str(tmp_path), draft_overrides={
         "max_position_embeddings": 256, "mla_use_nope": True})
     result = run_python(PROBE.format(target=target, draft=draft),
@@ -32,7 +40,9 @@ def test_the_draft_class_gets_the_decisions_and_vllms_positions(tmp_path):
     served = result["served"]
     assert served["capture_ids"] == [2, 3, 5]
     assert served["nope"] is True and served["rope_theta"] == 10000.0
-    assert served["max_positions"] == 512, served
+    raised = vllm_compat.installed_vllm_version() < Version("0.33.0")
+    assert served["max_positions"] == result["vllm_positions"] == (512 if raised else 256), \
+        (served, result["vllm_positions"])
     assert served["source"] == os.path.join(draft, "config.json")
     with open(os.path.join(draft, "config.json")) as f:
         assert result["raw"] == json.load(f)
