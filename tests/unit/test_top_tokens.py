@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.helpers import skip_without_a_device
 from vllm_kimi_eagle.top_tokens import (
     d2t_is_increasing,
     reduce_top1,
@@ -100,6 +101,7 @@ def test_draft_class_matches_plain_path_with_a_bf16_logit_scale():
     """Our class's get_top_tokens on a real vLLM ParallelLMHead/LogitsProcessor, against
     the plain path, with a logit scale that rounds two distinct bf16 logits to one value:
     the plain path (scale, then argmax) then picks the lower id, and so must we."""
+    skip_without_a_device()
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
     from vllm_kimi_eagle.tools.bench_sampler import DraftHead, single_rank_vllm
