@@ -105,3 +105,19 @@ def test_a_server_error_names_the_engines_error(tmp_path):
     first = str(err).splitlines()[0]
     assert first == ("the vLLM server exited with code 1 before it was ready: RuntimeError: "
                      "expect weight to be bfloat16")
+
+
+def test_a_bare_assertion_is_named_with_its_statement(tmp_path):
+    """vLLM's kernels fail on bare asserts (seen on a GPU: a block-FP8 draft with
+    non-square blocks); the cause shows the failing statement, not nothing."""
+    log = tmp_path / "engine.log"
+    prefix = "(EngineCore pid=1514) ERROR 11-26 02:10:25 [core.py:1330] "
+    log.write_text("".join(prefix + line + "\n" for line in (
+        'Traceback (most recent call last):',
+        '  File "/x/vllm/model_executor/layers/quantization/utils/fp8_utils.py", line 930',
+        '    assert triton.cdiv(A.shape[-1], block_k) == As.shape[-1]',
+        '           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^',
+        'AssertionError')) + "RuntimeError: Engine core initialization failed. See root cause "
+        "above. Failed core proc(s): {}\n")
+    assert engine_process.last_error_line(str(log)) == (
+        "AssertionError: assert triton.cdiv(A.shape[-1], block_k) == As.shape[-1]")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -63,10 +64,15 @@ def last_error_line(path: str) -> str | None:
     except OSError:
         return None
     found = [i for i, line in enumerate(lines)
-             if "Error:" in line and "Engine core initialization failed" not in line]
+             if "Error:" in line and "Engine core initialization failed" not in line
+             or BARE_EXCEPTION.match(_logged(line))]
     if not found:
         return None
     text = [lines[found[-1]].split("] ", 1)[-1]]
+    if BARE_EXCEPTION.match(_logged(lines[found[-1]])):  # a bare assert: name its statement
+        statement = next((_logged(line) for line in reversed(lines[:found[-1]])
+                          if _logged(line).strip("^~ ")), "")
+        text = [f"{_logged(lines[found[-1]])}: {statement.strip()}"]
     for line in lines[found[-1] + 1:]:
         if not line.startswith((" ", "\t")) or line.strip().startswith("For further information"):
             break
@@ -75,6 +81,14 @@ def last_error_line(path: str) -> str | None:
 
 
 ERROR_LINE_CHARS = 400
+# A traceback's last line after a bare ``assert`` (other bare names, such as a server's
+# CancelledError at shutdown, are not causes).
+BARE_EXCEPTION = re.compile(r"AssertionError$")
+
+
+def _logged(line: str) -> str:
+    """A log line without vLLM's prefix (process, level, time, source)."""
+    return line.split("] ", 1)[-1].strip()
 
 
 def stop_group(process: subprocess.Popen) -> None:
