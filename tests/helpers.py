@@ -398,7 +398,6 @@ def served(result: dict) -> dict:
     return result
 
 
-@functools.lru_cache(maxsize=1)
 def skip_without_a_device() -> None:
     """Skip, naming why, where vLLM found no device to build its layers on (the CUDA build
     on a machine without a GPU: ``UnspecifiedPlatform``)."""
@@ -409,6 +408,7 @@ def skip_without_a_device() -> None:
                     "cannot be built")
 
 
+@functools.lru_cache(maxsize=1)
 def cpu_mla_engine_problem() -> str | None:
     """Why this vLLM CPU build cannot run an MLA engine here, or None when it can (and why
     the engine tests do not run at all where vLLM is not on its CPU platform).

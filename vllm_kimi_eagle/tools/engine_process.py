@@ -64,15 +64,17 @@ def last_error_line(path: str) -> str | None:
     except OSError:
         return None
     found = [i for i, line in enumerate(lines)
-             if "Error:" in line and "Engine core initialization failed" not in line
+             if ("Error:" in line and "Engine core initialization failed" not in line)
              or BARE_EXCEPTION.match(_logged(line))]
     if not found:
         return None
-    text = [lines[found[-1]].split("] ", 1)[-1]]
-    if BARE_EXCEPTION.match(_logged(lines[found[-1]])):  # a bare assert: name its statement
+    last = lines[found[-1]]
+    if BARE_EXCEPTION.match(_logged(last)):  # a bare assert: name its statement
         statement = next((_logged(line) for line in reversed(lines[:found[-1]])
                           if _logged(line).strip("^~ ")), "")
-        text = [f"{_logged(lines[found[-1]])}: {statement.strip()}"]
+        text = [f"{_logged(last)}: {statement}"]
+    else:
+        text = [last.split("] ", 1)[-1]]
     for line in lines[found[-1] + 1:]:
         if not line.startswith((" ", "\t")) or line.strip().startswith("For further information"):
             break
