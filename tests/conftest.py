@@ -104,8 +104,10 @@ def starts_lines() -> list[str]:
 
     starts = start_log.read(os.environ.get(start_log.ENV, ""))
     kinds = Counter(s["kind"] for s in starts)
-    lines = [f"engine and server starts: {len(starts)} ({kinds['engine']} engines, "
-             f"{kinds['server']} servers), {sum(s['seconds'] for s in starts):.0f} s in all"]
+    forked = sum(1 for s in starts if s.get("forked"))
+    lines = [f"engine and server starts: {len(starts)} ({kinds['engine']} engines, {forked} "
+             f"of them forked from a preloaded vLLM; {kinds['server']} servers), "
+             f"{sum(s['seconds'] for s in starts):.0f} s in all"]
     for s in sorted(starts, key=lambda s: -s["seconds"])[:10]:
         lines.append(f"  {s['seconds']:7.1f} s  {s['kind']:6}  {s['test'] or '-'}  "
                      f"{s['label'][:120]}")

@@ -2,7 +2,8 @@
 the CLI, one engine) and the engine runs the e2e tests share.
 
 Plugin state (registrations, the MLA check) lives in the process, so every comparison
-"with the plugin" vs "without it" runs each side in a fresh interpreter.
+"with the plugin" vs "without it" runs each side in a fresh process: an engine in a fork
+of a process that has imported vLLM and nothing of the plugin (tests/preloaded_vllm.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import textwrap
 
 import pytest
 
+from tests import preloaded_vllm
 from vllm_kimi_eagle.fixtures import corpus, variants
 from vllm_kimi_eagle.fixtures.tokenizer import write_tokenizer
 
@@ -109,15 +111,8 @@ def write_config_only_models(root: str, draft_overrides: dict | None = None) -> 
 
 
 def run_python(code: str, env: dict | None = None, timeout: int = 600) -> dict:
-    """Run ``code`` in a fresh interpreter; it must print one JSON object last."""
-    full_env = {**os.environ, **BASE_ENV, **(env or {})}
-    proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    """Run ``code`` in a fresh process; it must print one JSON object last."""
+    proc = run_process(["-c", textwrap.dedent(code)], env, timeout)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise AssertionError(
@@ -132,15 +127,31 @@ def run_python(code: str, env: dict | None = None, timeout: int = 600) -> dict:
 
 def run_cli(*args: str, env: dict | None = None,
             timeout: int = 600) -> subprocess.CompletedProcess:
-    """``vllm-kimi-eagle ARGS...`` in a fresh interpreter (child environment as
+    """``vllm-kimi-eagle ARGS...`` in a fresh process (child environment as
     run_python's); the completed process, with its output as text."""
-    return subprocess.run(
-        [sys.executable, "-m", CLI_MODULE, *args],
-        env={**os.environ, **BASE_ENV, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_process(["-m", CLI_MODULE, *args], env, timeout)
+
+
+def run_process(argv: list[str], env: dict | None, timeout: float) -> subprocess.CompletedProcess:
+    """``python ARGV...`` with this process's environment, BASE_ENV and ``env``, in a fork
+    of the preloaded vLLM where the environment allows (tests/preloaded_vllm.py), else in a
+    fresh interpreter; its output as text. Past ``timeout`` seconds it is stopped and
+    subprocess.TimeoutExpired raised, as subprocess.run does."""
+    import tempfile
+
+    full_env = {**os.environ, **BASE_ENV, **(env or {})}
+    zygote = _preloaded_for(full_env)
+    if zygote is None:
+        return subprocess.run([sys.executable, *argv], env=full_env, capture_output=True,
+                              text=True, timeout=timeout)
+    with tempfile.TemporaryDirectory(prefix="vllm-kimi-eagle-child-") as folder:
+        out, err = os.path.join(folder, "stdout"), os.path.join(folder, "stderr")
+        exit_code = zygote.run(argv, full_env, out, timeout, err_path=err)
+        if exit_code is None:
+            raise subprocess.TimeoutExpired([sys.executable, *argv], timeout)
+        with open(out, errors="replace") as o, open(err, errors="replace") as e:
+            return subprocess.CompletedProcess([sys.executable, *argv], exit_code, o.read(),
+                                               e.read())
 
 
 ENGINE_CONFIG_PROBE = """
@@ -188,13 +199,57 @@ def run_engine(spec: dict, env: dict | None = None, timeout: int = 900) -> dict:
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
     with tempfile.TemporaryDirectory(prefix="vllm-kimi-eagle-engine-") as folder:
         log_path = os.path.join(folder, "engine.log")
-        result = engine_process.run([sys.executable, ENGINE_RUN, json.dumps(spec)], log_path,
-                                    full_env, timeout)
+        command = [sys.executable, ENGINE_RUN, json.dumps(spec)]
+        result = (run_forked(command, log_path, full_env, timeout)
+                  or engine_process.run(command, log_path, full_env, timeout))
         with open(log_path, errors="replace") as f:
             text = f.read()
     result["_stderr"] = text[-6000:]
     result["_log"] = text
     return result
+
+
+# Set to 1 to start every engine in a fresh interpreter (tests/preloaded_vllm.py).
+FRESH_ENGINES_ENV = "VLLM_KIMI_EAGLE_TEST_FRESH_ENGINES"
+_PRELOADED: list = []
+
+
+def _preloaded_for(env: dict):
+    """This worker's preloaded vLLM process, started on first use, if a run with ``env``
+    may be forked from it; else None."""
+    if os.environ.get(FRESH_ENGINES_ENV) == "1":
+        return None
+    if _PRELOADED and not _PRELOADED[0].alive():
+        _PRELOADED.clear()
+    if not _PRELOADED:
+        import atexit
+        import tempfile
+
+        handle, log_path = tempfile.mkstemp(prefix="vllm-kimi-eagle-preloaded-", suffix=".log")
+        os.close(handle)
+        _PRELOADED.append(preloaded_vllm.Preloaded({**os.environ, **BASE_ENV}, log_path))
+        atexit.register(_PRELOADED[0].close)
+    zygote = _PRELOADED[0]
+    return zygote if preloaded_vllm.served_by_fork(env, zygote.env, zygote.after_import) else None
+
+
+def run_forked(command: list[str], log_path: str, env: dict, timeout: float) -> dict | None:
+    """``engine_process.run``'s result for ``command`` (python SCRIPT ARGS), run in a fork
+    of this worker's preloaded vLLM process; None where it must start fresh."""
+    import time
+
+    from vllm_kimi_eagle.tools import engine_process, start_log
+
+    zygote = _preloaded_for(env)
+    if zygote is None:
+        return None
+    started = time.perf_counter()
+    exit_code = zygote.run(command[1:], env, log_path, timeout)
+    if exit_code is None:
+        return engine_process.stopped(timeout, log_path)
+    seconds = time.perf_counter() - started
+    start_log.record("engine", command[1:], env, seconds, forked=True)
+    return engine_process.outcome(log_path, exit_code, seconds)
 
 
 # ---- engines on the tiny models, shared by every test module of the session ----------

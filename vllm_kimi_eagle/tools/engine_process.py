@@ -134,15 +134,26 @@ def run(command: list[str], log_path: str, env: dict | None = None,
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             stop_group(process)
-            return failure(f"no result within {timeout:.0f} s; the engine was stopped",
-                           log_path)
+            return stopped(timeout, log_path)
         finally:
             stop_group(process)  # what the child left behind
-    start_log.record("engine", command[1:], env, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    start_log.record("engine", command[1:], env, seconds)
+    return outcome(log_path, process.returncode, seconds)
+
+
+def stopped(timeout: float, log_path: str) -> dict:
+    """The error result of a child stopped after ``timeout`` seconds."""
+    return failure(f"no result within {timeout:.0f} s; the engine was stopped", log_path)
+
+
+def outcome(log_path: str, exit_code: int, seconds: float) -> dict:
+    """What a child that ran to its end left in its log: its last result, or an error
+    result when it printed none."""
     found = results_in(log_path)
     if not found:
-        return failure(f"exited with code {process.returncode} after "
-                       f"{time.perf_counter() - started:.0f} s without a result", log_path)
+        return failure(f"exited with code {exit_code} after {seconds:.0f} s without a "
+                       "result", log_path)
     return with_log(found[-1], log_path)
 
 
