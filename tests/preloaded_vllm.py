@@ -1,7 +1,7 @@
 """Engine children forked from a process that has imported vLLM already.
 
-Importing vLLM is most of a small engine's start (about 13 of 20 seconds on the 2-core
-box), and the suite starts dozens of them. Each pytest worker keeps one process that has
+Importing vLLM is most of a small engine's start, and the suite starts dozens of them
+(docs/measurements.md, "The test suite's time"). Each pytest worker keeps one process that has
 done ``from vllm import LLM`` and nothing else: no plugin imported, vLLM's plugins not
 loaded, no engine, vLLM's environment cache off (it refuses to serve otherwise). An engine
 run (and a test's ``python -c``/``-m`` child) is a fork of it that takes the request's
@@ -12,7 +12,7 @@ the same way.
 A variable read while vLLM is imported (huggingface_hub's HF_ENDPOINT, vLLM's logging
 level, ...) cannot change after the fork, so a request whose environment differs from the
 preloaded process's in any variable that is not read later (``LATE_READ``) starts a fresh
-interpreter instead (``run`` decides; ``served_by_fork`` says which).
+interpreter instead (``served_by_fork``; tests/helpers.py asks it before each run).
 
     python tests/preloaded_vllm.py     # the preloaded process: one JSON request per line
 """
