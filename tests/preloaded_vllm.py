@@ -65,6 +65,7 @@ def _child(request: dict, set_by_import: dict) -> None:
     its arguments) with the request's environment."""
     code = 1
     try:
+        os.close(_REPLIES.fileno())  # the preloaded process's alone
         os.setsid()
         os.dup2(os.open(request["out"], os.O_WRONLY | os.O_APPEND), 1)
         os.dup2(os.open(request["err"], os.O_WRONLY | os.O_APPEND), 2)
@@ -109,12 +110,20 @@ def _run_as_main(argv: list[str]) -> None:
         runpy.run_path(script, run_name="__main__")
 
 
+_REPLIES = sys.stdout
+
+
 def _reply(message: dict) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
+    _REPLIES.write(json.dumps(message) + "\n")
+    _REPLIES.flush()
 
 
 def serve() -> None:
+    # Replies go out on their own descriptor: what vLLM prints while it is imported (some
+    # releases log to stdout) goes to this process's log with the rest of its output.
+    global _REPLIES
+    _REPLIES = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     started_with = dict(os.environ)
     import vllm.entrypoints.llm  # noqa: F401  the import every fork shares (vllm.LLM)
 
