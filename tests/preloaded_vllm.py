@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import time
@@ -149,6 +148,7 @@ def serve() -> None:
 
 
 # ---- the pytest side ------------------------------------------------------------------
+# (The plugin's modules are imported here only: the preloaded process must not load them.)
 
 class Preloaded:
     """One preloaded process and its replies (one run at a time)."""
@@ -200,9 +200,11 @@ class Preloaded:
         started = self._next(60)
         if not started or "pid" not in started:
             raise RuntimeError(f"the preloaded vLLM process did not fork: {started}")
+        from vllm_kimi_eagle.tools.engine_process import stop_session
+
         pid = started["pid"]
         ended = self._next(timeout)
-        _stop_session(pid)
+        stop_session(pid)
         if ended is None and not self.alive():
             raise RuntimeError("the preloaded vLLM process ended during a run")
         if ended is None:  # ran past its time: stopped above; the exit line follows
@@ -211,15 +213,10 @@ class Preloaded:
         return ended["exit"]
 
     def close(self) -> None:
-        _stop_session(self.process.pid)
+        from vllm_kimi_eagle.tools.engine_process import stop_session
+
+        stop_session(self.process.pid)
         self.process.wait()
-
-
-def _stop_session(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 if __name__ == "__main__":

@@ -96,11 +96,16 @@ def _logged(line: str) -> str:
 def stop_group(process: subprocess.Popen) -> None:
     """Stop the child and everything it started (vLLM's engine core and workers), also
     when the child itself has exited already."""
+    stop_session(process.pid)
+    process.wait()
+
+
+def stop_session(pid: int) -> None:
+    """Kill the session (process group) that the process ``pid`` leads, if any is left."""
     try:
-        os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    process.wait()
 
 
 def failure(message: str, log_path: str) -> dict:
