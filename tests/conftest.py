@@ -52,6 +52,21 @@ def pytest_configure(config):
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(cores[int(worker[2:]) % len(cores)])
 
 
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """Each test leaves os.environ as it found it. vLLM sets variables in the process that
+    builds its config (its CPU platform: LD_PRELOAD, the worker start method...); left in a
+    pytest worker they would reach every later child, which then could not be forked from
+    the preloaded vLLM (tests/preloaded_vllm.py) and would not start as a user's would."""
+    before = dict(os.environ)
+    yield
+    for name in set(os.environ) - set(before) - {"PYTEST_CURRENT_TEST"}:
+        del os.environ[name]
+    for name, value in before.items():
+        if os.environ.get(name) != value and name != "PYTEST_CURRENT_TEST":
+            os.environ[name] = value
+
+
 @pytest.fixture(scope="session")
 def tiny(request):
     """The tiny Kimi models folder, built once (cached across sessions by builder version)."""
@@ -139,12 +154,40 @@ def k25(tiny):
     return folder
 
 
+# The longest test files, longest first (their engine and server seconds in the account
+# at the end of a run). pytest-xdist's --dist loadfile hands out files in collection
+# order, so these go first and the short files fill in behind them: left in alphabetical
+# order, one worker ended the run alone on the soak and the bench files.
+LONGEST_FIRST = (
+    "tests/e2e/test_compiled.py",
+    "tests/e2e/test_soak_e2e.py",
+    "tests/e2e/test_evaluation_e2e.py",
+    "tests/e2e/test_draft_e2e.py",
+    "tests/e2e/test_trainer_exports_e2e.py",
+    "tests/e2e/test_bench_e2e_run.py",
+    "tests/e2e/test_k3_drafts_e2e.py",
+    "tests/e2e/test_scope_e2e.py",
+    "tests/e2e/test_greedy_shortcut_e2e.py",
+    "tests/e2e/test_calibrate_e2e.py",
+)
+
+
+def longest_first(paths: list[str]) -> list[int]:
+    """The order to run items in, given each item's file path (relative to the project):
+    LONGEST_FIRST's files in its order, then the rest as collected."""
+    rank = {path: place for place, path in enumerate(LONGEST_FIRST)}
+    return sorted(range(len(paths)), key=lambda i: rank.get(paths[i], len(rank)))
+
+
 @pytest.hookimpl(trylast=True)  # after -m/-k deselection: judge only what will run
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``engine`` start vLLM engines with MLA models: they skip on a release
     that cannot start one, and FAIL on a release where the engine tests are the proof
     (vllm_compat.E2E_TESTED), so that CI never goes green on a skip there
-    (helpers.engine_test_action decides)."""
+    (helpers.engine_test_action decides). Then the longest files go first (above)."""
+    root = str(config.rootpath)
+    order = longest_first([os.path.relpath(str(item.path), root) for item in items])
+    items[:] = [items[i] for i in order]
     marked = [item for item in items if item.get_closest_marker("engine")]
     if not marked:
         return
