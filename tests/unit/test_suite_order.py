@@ -1,0 +1,20 @@
+"""tests/conftest.py's run order: the longest files first, each named file still there."""
+
+import os
+
+from tests.conftest import LONGEST_FIRST, longest_first
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_every_longest_first_file_exists():
+    missing = [p for p in LONGEST_FIRST if not os.path.exists(os.path.join(ROOT, p))]
+    assert not missing, f"renamed or removed: {missing}; update LONGEST_FIRST"
+
+
+def test_named_files_first_in_their_order_the_rest_as_collected():
+    paths = ["tests/unit/a.py", LONGEST_FIRST[1], "tests/e2e/b.py", LONGEST_FIRST[0],
+             LONGEST_FIRST[1]]
+    assert [paths[i] for i in longest_first(paths)] == [
+        LONGEST_FIRST[0], LONGEST_FIRST[1], LONGEST_FIRST[1], "tests/unit/a.py",
+        "tests/e2e/b.py"]
