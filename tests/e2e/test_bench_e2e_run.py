@@ -4,6 +4,7 @@ decisions on made-up windows: tests/unit/test_bench_e2e.py)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -16,8 +17,12 @@ pytestmark = pytest.mark.engine
 
 def test_smallest_real_run_writes_cells_chart_verdict_and_schedule(tiny, tmp_path):
     """Two real servers (no speculation, plugin at k=1), one window each, then --schedule:
-    the derived schedule's server and the all-zero schedule's, one window each: ~4 minutes."""
-    proc = run_cli("bench-e2e", "--k", "1", "--concurrency", "1", "--repeats", "1",
+    the derived schedule's server and the all-zero schedule's, one window each. On the
+    six-layer target: the command's default, the 61-layer Kimi-cost target, starts each
+    server in minutes here (its run: tests/e2e/test_kimi_cost_e2e.py)."""
+    proc = run_cli("bench-e2e", "--target", os.path.join(tiny, "target"),
+                   "--draft", os.path.join(tiny, "draft"), "--server-args=--enforce-eager",
+                   "--k", "1", "--concurrency", "1", "--repeats", "1",
                    "--configs", "none,plugin", "--max-tokens", "16", "--prompts", "2",
                    "--schedule", "--out", str(tmp_path), timeout=1800)
     print(proc.stdout)
