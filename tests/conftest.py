@@ -156,8 +156,9 @@ def k25(tiny):
 
 # The longest test files, longest first (their engine and server seconds in the account
 # at the end of a run). pytest-xdist's --dist loadfile hands out files in collection
-# order, so these go first and the short files fill in behind them: left in alphabetical
-# order, one worker ended the run alone on the soak and the bench files.
+# order (below), so these go first and the short files fill in behind them; ordered by
+# their number of tests (pytest-xdist's default), one worker ended the run alone on the
+# soak and the bench files.
 LONGEST_FIRST = (
     "tests/e2e/test_compiled.py",
     "tests/e2e/test_soak_e2e.py",
@@ -170,6 +171,33 @@ LONGEST_FIRST = (
     "tests/e2e/test_greedy_shortcut_e2e.py",
     "tests/e2e/test_calibrate_e2e.py",
 )
+
+
+# Files that use the e2e files' shared servers (tests/e2e/conftest.py): one worker runs
+# them all, so the run starts the pair once.
+SAME_WORKER = dict.fromkeys((
+    "tests/e2e/test_evaluation_e2e.py",
+    "tests/e2e/test_structured_outputs_e2e.py",
+    "tests/e2e/test_vllm_server_e2e.py",
+), "the e2e files' shared servers")
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile (make test) as pytest-xdist does it, but with SAME_WORKER's files as
+    one unit of work, and the files in collection order (LONGEST_FIRST), not reordered by
+    their number of tests."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return SAME_WORKER.get(path, path)
+
+    config.option.loadscopereorder = False
+    return Scheduling(config, log)
 
 
 def longest_first(paths: list[str]) -> list[int]:

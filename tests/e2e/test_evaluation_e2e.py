@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.helpers import BASE_ENV, CLI_MODULE, FP32, docs_text, run_cli
+from tests.helpers import BASE_ENV, CLI_MODULE, docs_text, run_cli
 from vllm_kimi_eagle.tools import vllm_server
 from vllm_kimi_eagle.tools.evaluation.tasks import TINY_TASK
 
@@ -73,20 +73,17 @@ def _scrape(server: vllm_server.Server) -> dict:
     return totals
 
 
-def test_eval_acceptance_matches_counters_scraped_independently(tiny, tmp_path):
-    """A speculating server of the test's own (--spec-url); the test reads its counters
-    around the whole eval. The eval's window is the task's requests after one warm-up
-    request, so its counts are a little below the test's and its acceptance close."""
-    spec = {"method": "eagle3", "model": os.path.join(tiny, "draft"),
-            "num_speculative_tokens": 3}
-    with vllm_server.running_server(os.path.join(tiny, "target"), str(tmp_path / "spec.log"),
-                                spec, ["--seed", "0", *FP32], env=BASE_ENV) as server:
-        before = _scrape(server)
-        proc = run_cli("eval", "--target", os.path.join(tiny, "target"), "--spec-url",
-                       server.base_url, "--task", TINY_TASK, "--limit", "8", "--max-tokens",
-                       "48", "--concurrency", "4", *[f"--server-arg={a}" for a in FP32],
-                       "--out", str(tmp_path / "eval"), timeout=1200)
-        after = _scrape(server)
+def test_eval_acceptance_matches_counters_scraped_independently(shared_servers, tmp_path):
+    """Servers not started by the eval (the e2e files' shared pair, --base-url and
+    --spec-url); the test reads the speculating server's counters around the whole eval.
+    The eval's window is the task's requests after one warm-up request, so its counts are
+    a little below the test's and its acceptance close."""
+    server = shared_servers["draft"]
+    before = _scrape(server)
+    proc = run_cli("eval", "--base-url", shared_servers["none"].base_url, "--spec-url",
+                   server.base_url, "--task", TINY_TASK, "--limit", "8", "--max-tokens",
+                   "48", "--concurrency", "4", "--out", str(tmp_path / "eval"), timeout=1200)
+    after = _scrape(server)
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = _report(tmp_path / "eval")
     counted = report["with_draft"]["spec"]
@@ -109,22 +106,21 @@ def test_eval_acceptance_matches_counters_scraped_independently(tiny, tmp_path):
     assert 0 <= drafted - decoded <= 3 * report["with_draft"]["requests"]
 
 
-def test_eval_refuses_servers_that_cannot_measure(tiny, tmp_path):
-    """One server without speculation and a short max_model_len, given as both URLs."""
-    with vllm_server.running_server(os.path.join(tiny, "target"), str(tmp_path / "base.log"),
-                                None, ["--max-model-len", "256", *FP32], env=BASE_ENV) as server:
-        common = ["eval", "--base-url", server.base_url, "--spec-url", server.base_url,
-                  "--task", TINY_TASK, "--limit", "2"]
-        not_speculating = run_cli(*common, "--max-tokens", "8", "--out", str(tmp_path / "a"),
-                                  timeout=1200)
-        too_long = run_cli(*common, "--max-tokens", "240", "--out", str(tmp_path / "b"),
-                           timeout=1200)
+def test_eval_refuses_servers_that_cannot_measure(shared_servers, tmp_path):
+    """The shared server without speculation (max_model_len 512), given as both URLs."""
+    server = shared_servers["none"]
+    common = ["eval", "--base-url", server.base_url, "--spec-url", server.base_url,
+              "--task", TINY_TASK, "--limit", "2"]
+    not_speculating = run_cli(*common, "--max-tokens", "8", "--out", str(tmp_path / "a"),
+                              timeout=1200)
+    too_long = run_cli(*common, "--max-tokens", "500", "--out", str(tmp_path / "b"),
+                       timeout=1200)
     print(f"\n{not_speculating.stderr[-600:]}\n{too_long.stderr[-600:]}")
     assert not_speculating.returncode == 2
     assert "exports no vllm:spec_decode_* counters" in not_speculating.stderr
     assert too_long.returncode == 2
-    assert "with --max-tokens 240 a request needs" in too_long.stderr
-    assert "max_model_len 256" in too_long.stderr
+    assert "with --max-tokens 500 a request needs" in too_long.stderr
+    assert "max_model_len 512" in too_long.stderr
 
 
 def test_startup_timeout_is_an_option_and_fails_with_the_log(tiny, tmp_path):

@@ -2,19 +2,15 @@
 OpenAI server give, greedy and in float32, the no-draft server's tokens, and the answers
 hold to their constraint. The tiny tokenizer spells words with their space and has byte
 tokens for printable ASCII (vllm_kimi_eagle/fixtures/tokenizer.py), so vLLM's grammar
-engine can match any string."""
+engine can match any string. The servers are the e2e files' shared pair
+(tests/e2e/conftest.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-from contextlib import ExitStack
 
 import pytest
-
-from tests.helpers import BASE_ENV, FP32
-from vllm_kimi_eagle.tools import vllm_server
 
 pytestmark = pytest.mark.engine
 
@@ -37,16 +33,9 @@ REQUESTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def servers(tiny, tmp_path_factory):
-    out = tmp_path_factory.mktemp("structured")
-    spec = {"method": "eagle3", "model": os.path.join(tiny, "draft"),
-            "num_speculative_tokens": 3}
-    with ExitStack() as stack:
-        yield {name: stack.enter_context(vllm_server.running_server(
-            os.path.join(tiny, "target"), str(out / f"server-{name}.log"), speculative,
-            ["--max-model-len", "512", "--seed", "0", *FP32], env=BASE_ENV))
-            for name, speculative in (("none", None), ("draft", spec))}
+@pytest.fixture
+def servers(shared_servers):
+    return shared_servers
 
 
 def answer(server, prompt: str, structured: dict) -> dict:

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.engine
 
 
 def test_dead_server_fails_with_its_log_tail(tiny, tmp_path):
+    """A server of its own: the test kills it."""
     log = str(tmp_path / "server.log")
     with pytest.raises(vllm_server.ServerError) as err:
         with vllm_server.running_server(os.path.join(tiny, "target"), log, None,
@@ -30,18 +31,15 @@ def test_dead_server_fails_with_its_log_tail(tiny, tmp_path):
     assert "Application startup complete" in message  # the tail of the server's log
 
 
-def test_sixteen_concurrent_requests_match_the_same_requests_alone(tiny, tmp_path):
+def test_sixteen_concurrent_requests_match_the_same_requests_alone(shared_servers):
+    server = shared_servers["draft"]
     prompts = corpus.demo_prompts(16, seed=99)
-    spec = {"method": "eagle3", "model": os.path.join(tiny, "draft"),
-            "num_speculative_tokens": 3}
-    with vllm_server.running_server(os.path.join(tiny, "target"), str(tmp_path / "server.log"),
-                                spec, ["--max-model-len", "512", "--seed", "0", *FP32],
-                                env=BASE_ENV) as server:
-        model = server.model_name()
-        alone = [vllm_server.chat(server, model, p, 48)["text"] for p in prompts]
-        with ThreadPoolExecutor(max_workers=16) as pool:
-            together = list(pool.map(lambda p: vllm_server.chat(server, model, p, 48), prompts))
-        counters = server.spec_counters()
+    before = server.spec_counters()
+    model = server.model_name()
+    alone = [vllm_server.chat(server, model, p, 48)["text"] for p in prompts]
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        together = list(pool.map(lambda p: vllm_server.chat(server, model, p, 48), prompts))
+    counters = server.spec_counters() - before
     print(f"\n16 concurrent requests: acceptance length {counters.acceptance_length:.3f}")
     assert counters.drafts > 0
     assert all(r["completion_tokens"] == 48 for r in together)
