@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import BASE_ENV, REPO
+from tests.helpers import REPO, run_process
 
 pytestmark = pytest.mark.engine
 
 
 def test_offline_example_prints_acceptance(tiny):
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, "examples", "offline_acceptance.py")],
-        capture_output=True, text=True, timeout=900, env={**os.environ, **BASE_ENV},
-    )
+    proc = run_process([os.path.join(REPO, "examples", "offline_acceptance.py")], None, 900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("{")][-1])
     print(f"\nexamples/offline_acceptance.py: {summary}")
