@@ -18,7 +18,8 @@ def main() -> None:
     parser.add_argument("--tensor-parallel-size", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
-    if not args.target:
+    tiny = not args.target
+    if tiny:
         from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models
 
         folder = ensure_tiny_models()
@@ -35,6 +36,7 @@ def main() -> None:
         model=args.target,
         tensor_parallel_size=args.tensor_parallel_size,
         max_model_len=512,
+        enforce_eager=tiny,  # the tiny models on a CPU: eager mode starts sooner than compiled
         disable_log_stats=False,  # the spec-decode counters live in the stats
         speculative_config={"method": "eagle3", "model": args.draft,
                             "num_speculative_tokens": 3},
