@@ -9,24 +9,48 @@ from contextlib import ExitStack
 
 import pytest
 
+from tests.conftest import SAME_WORKER
 from tests.helpers import BASE_ENV, FP32
 from vllm_kimi_eagle.tools import vllm_server
 
 # What both servers are started with; they differ in the speculative config alone.
 SHARED_SERVER_ARGS = ["--max-model-len", "512", "--seed", "0", *FP32]
 SHARED_SERVER_K = 3
+_PAIR: dict = {}  # "servers" and the "stack" that stops them, while they are up
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def shared_servers(tiny, tmp_path_factory):
-    """{"none": no speculation, "draft": the tiny EAGLE3 draft at k=3}, up for the rest of
-    this pytest worker's run. The files that use them run on one worker (tests/conftest.py,
-    SAME_WORKER), so the run starts the pair once. Tests read counters as differences."""
-    out = tmp_path_factory.mktemp("shared-servers")
-    spec = {"method": "eagle3", "model": os.path.join(tiny, "draft"),
-            "num_speculative_tokens": SHARED_SERVER_K}
-    with ExitStack() as stack:
-        yield {name: stack.enter_context(vllm_server.running_server(
-            os.path.join(tiny, "target"), str(out / f"server-{name}.log"), speculative,
-            SHARED_SERVER_ARGS, env=BASE_ENV))
-            for name, speculative in (("none", None), ("draft", spec))}
+    """{"none": no speculation, "draft": the tiny EAGLE3 draft at k=3}, started by the first
+    test that asks and stopped after the last test of the files that use them (SAME_WORKER
+    in tests/conftest.py: one worker runs them one after the other, so the run starts the
+    pair once). Tests read counters as differences."""
+    if not _PAIR:
+        out = tmp_path_factory.mktemp("shared-servers")
+        spec = {"method": "eagle3", "model": os.path.join(tiny, "draft"),
+                "num_speculative_tokens": SHARED_SERVER_K}
+        with ExitStack() as stack:
+            servers = {name: stack.enter_context(vllm_server.running_server(
+                os.path.join(tiny, "target"), str(out / f"server-{name}.log"), speculative,
+                SHARED_SERVER_ARGS, env=BASE_ENV))
+                for name, speculative in (("none", None), ("draft", spec))}
+            _PAIR.update(servers=servers, stack=stack.pop_all())
+    return _PAIR["servers"]
+
+
+def _file(item) -> str:
+    return os.path.relpath(str(item.path), str(item.config.rootpath))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """The shared pair stops once the next test is not in one of the files that use it."""
+    if _PAIR and (nextitem is None or _file(nextitem) not in SAME_WORKER):
+        _PAIR.pop("stack").close()
+        _PAIR.clear()
+
+
+def pytest_sessionfinish(session):
+    if _PAIR:
+        _PAIR.pop("stack").close()
+        _PAIR.clear()
