@@ -161,15 +161,17 @@ def k25(tiny):
 # soak and the bench files.
 LONGEST_FIRST = (
     "tests/e2e/test_compiled.py",
+    "tests/e2e/test_bench_e2e_run.py",
     "tests/e2e/test_soak_e2e.py",
     "tests/e2e/test_evaluation_e2e.py",
     "tests/e2e/test_draft_e2e.py",
-    "tests/e2e/test_trainer_exports_e2e.py",
-    "tests/e2e/test_bench_e2e_run.py",
-    "tests/e2e/test_k3_drafts_e2e.py",
-    "tests/e2e/test_scope_e2e.py",
-    "tests/e2e/test_greedy_shortcut_e2e.py",
     "tests/e2e/test_calibrate_e2e.py",
+    "tests/e2e/test_trainer_exports_e2e.py",
+    "tests/e2e/test_k25_e2e.py",
+    "tests/e2e/test_greedy_shortcut_e2e.py",
+    "tests/e2e/test_scope_e2e.py",
+    "tests/e2e/test_kimi_cost_e2e.py",
+    "tests/e2e/test_k3_drafts_e2e.py",
 )
 
 
