@@ -202,6 +202,11 @@ def pytest_xdist_make_scheduler(config, log):
     return Scheduling(config, log)
 
 
+def project_file(item) -> str:
+    """A test item's file, relative to the project (as LONGEST_FIRST and SAME_WORKER name it)."""
+    return os.path.relpath(str(item.path), str(item.config.rootpath))
+
+
 def longest_first(paths: list[str]) -> list[int]:
     """The order to run items in, given each item's file path (relative to the project):
     LONGEST_FIRST's files in its order, then the rest as collected."""
@@ -215,8 +220,7 @@ def pytest_collection_modifyitems(config, items):
     that cannot start one, and FAIL on a release where the engine tests are the proof
     (vllm_compat.E2E_TESTED), so that CI never goes green on a skip there
     (helpers.engine_test_action decides). Then the longest files go first (above)."""
-    root = str(config.rootpath)
-    order = longest_first([os.path.relpath(str(item.path), root) for item in items])
+    order = longest_first([project_file(item) for item in items])
     items[:] = [items[i] for i in order]
     marked = [item for item in items if item.get_closest_marker("engine")]
     if not marked:

@@ -9,7 +9,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from tests.conftest import SAME_WORKER
+from tests.conftest import SAME_WORKER, project_file
 from tests.helpers import BASE_ENV, FP32
 from vllm_kimi_eagle.tools import vllm_server
 
@@ -38,19 +38,19 @@ def shared_servers(tiny, tmp_path_factory):
     return _PAIR["servers"]
 
 
-def _file(item) -> str:
-    return os.path.relpath(str(item.path), str(item.config.rootpath))
+def _stop_pair() -> None:
+    if _PAIR:
+        _PAIR.pop("stack").close()
+        _PAIR.clear()
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
     """The shared pair stops once the next test is not in one of the files that use it."""
-    if _PAIR and (nextitem is None or _file(nextitem) not in SAME_WORKER):
-        _PAIR.pop("stack").close()
-        _PAIR.clear()
+    if nextitem is None or project_file(nextitem) not in SAME_WORKER:
+        _stop_pair()
 
 
 def pytest_sessionfinish(session):
-    if _PAIR:
-        _PAIR.pop("stack").close()
-        _PAIR.clear()
+    """A run cut short (-x, an interrupt) stops the pair too."""
+    _stop_pair()

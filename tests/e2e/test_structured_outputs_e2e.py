@@ -33,11 +33,6 @@ REQUESTS = [
 ]
 
 
-@pytest.fixture
-def servers(shared_servers):
-    return shared_servers
-
-
 def answer(server, prompt: str, structured: dict) -> dict:
     body = {"model": server.model_name(), "messages": [{"role": "user", "content": prompt}],
             "temperature": 0.0, "max_tokens": 64, "return_token_ids": True,
@@ -47,7 +42,8 @@ def answer(server, prompt: str, structured: dict) -> dict:
             "finish_reason": choice["finish_reason"]}
 
 
-def test_structured_outputs_with_the_draft_are_the_no_draft_servers(servers):
+def test_structured_outputs_with_the_draft_are_the_no_draft_servers(shared_servers):
+    servers = shared_servers
     before = servers["draft"].spec_counters()
     got = {name: [answer(server, prompt, structured) for prompt, structured, _ in REQUESTS]
            for name, server in servers.items()}

@@ -2,14 +2,14 @@
 
 import os
 
-from tests.conftest import LONGEST_FIRST, longest_first
+from tests.conftest import LONGEST_FIRST, SAME_WORKER, longest_first
+from tests.helpers import REPO
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-def test_every_longest_first_file_exists():
-    missing = [p for p in LONGEST_FIRST if not os.path.exists(os.path.join(ROOT, p))]
-    assert not missing, f"renamed or removed: {missing}; update LONGEST_FIRST"
+def test_every_named_file_exists():
+    missing = [p for p in (*LONGEST_FIRST, *SAME_WORKER)
+               if not os.path.exists(os.path.join(REPO, p))]
+    assert not missing, f"renamed or removed: {missing}; update LONGEST_FIRST / SAME_WORKER"
 
 
 def test_named_files_first_in_their_order_the_rest_as_collected():
