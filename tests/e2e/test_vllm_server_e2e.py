@@ -1,10 +1,12 @@
-"""Serving through vLLM's OpenAI server (tools/vllm_server.py): a server that dies in use
-fails with its log tail; concurrent requests give what the same requests alone give."""
+"""Serving through vLLM's OpenAI server (tools/vllm_server.py): a start whose port was
+taken is made again on another; a server that dies in use fails with its log tail;
+concurrent requests give what the same requests alone give."""
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -16,15 +18,29 @@ from vllm_kimi_eagle.tools import vllm_server
 pytestmark = pytest.mark.engine
 
 
-def test_dead_server_fails_with_its_log_tail(tiny, tmp_path):
-    """A server of its own: the test kills it."""
+def test_a_taken_port_is_left_and_a_dead_server_fails_with_its_log_tail(tiny, tmp_path,
+                                                                       monkeypatch):
+    """A server of its own: the test kills it. Its first port is taken by the test before
+    the server can bind it (the race another process can win in a busy run)."""
     log = str(tmp_path / "server.log")
-    with pytest.raises(vllm_server.ServerError) as err:
-        with vllm_server.running_server(os.path.join(tiny, "target"), log, None,
-                                    ["--max-model-len", "256", *FP32], env=BASE_ENV) as server:
-            os.killpg(server.process.pid, signal.SIGKILL)
-            server.process.wait()
-            server.model_name()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = [taken.getsockname()[1]]
+        real_free_port = vllm_server.free_port
+        monkeypatch.setattr(vllm_server, "free_port",
+                            lambda: ports.pop() if ports else real_free_port())
+        with pytest.raises(vllm_server.ServerError) as err:
+            with vllm_server.running_server(os.path.join(tiny, "target"), log, None,
+                                            ["--max-model-len", "256", *FP32],
+                                            env=BASE_ENV) as server:
+                assert not ports, "the taken port was not offered"
+                assert not server.base_url.endswith(f":{taken.getsockname()[1]}")
+                assert open(log).readline().startswith(
+                    f"# port {taken.getsockname()[1]} was taken by another process")
+                os.killpg(server.process.pid, signal.SIGKILL)
+                server.process.wait()
+                server.model_name()
     message = str(err.value)
     print(f"\n{message[:400]}")
     assert "exited with code -9 while it was in use" in message and log in message

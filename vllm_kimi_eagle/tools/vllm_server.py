@@ -35,6 +35,10 @@ DEFAULT_STARTUP_TIMEOUT = 900
 # What the tools add to the servers they start, each only when the user's arguments do
 # not give that flag themselves (reports list the final arguments).
 DEFAULT_SERVER_ARGS = (("--seed", "0"),)
+# A port found free here can be taken by another process before the server binds it (it
+# binds after its imports); a start that lost its port that way is made again on another.
+PORT_TRIES = 3
+PORT_TAKEN = "Address already in use"
 
 
 class ServerError(RuntimeError):
@@ -226,23 +230,28 @@ def running_server(
     """A vLLM OpenAI server for the duration of the ``with`` block.
 
     ``env`` is added to this process's environment; an error raised in the block while
-    the server process is dead becomes a ServerError with the log's tail."""
-    port = port or free_port()
+    the server process is dead becomes a ServerError with the log's tail. Without a
+    ``port``, one is chosen, and chosen again (PORT_TRIES in all) if another process took
+    it before the server could bind it."""
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
-    server = Server(f"http://127.0.0.1:{port}", log_path)
-    command = server_command(model, port, speculative_config, extra_args or [])
-    with open(log_path, "w") as log:
-        log.write("$ " + " ".join(command) + "\n")
-        log.flush()
-        server.process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-            start_new_session=True,
-        )
-    started = time.perf_counter()
-    ready = None
+    env = {**os.environ, **(env or {})}
+    note = ""
+    for attempt in range(1, PORT_TRIES + 1):
+        server, command = _launch(model, port or free_port(), log_path, speculative_config,
+                                  extra_args or [], env, note)
+        started = time.perf_counter()
+        try:
+            _wait_healthy(server, startup_timeout)
+            break
+        except BaseException as err:
+            _stop(server.process)
+            start_log.record("server", command[3:], env, time.perf_counter() - started)
+            if port or attempt == PORT_TRIES or not lost_its_port(err):
+                raise
+            note = (f"# port {server.base_url.rsplit(':', 1)[1]} was taken by another process "
+                    f"before the server bound it ({PORT_TAKEN}): started again\n")
+    ready = time.perf_counter() - started
     try:
-        _wait_healthy(server, startup_timeout)
-        ready = time.perf_counter() - started
         try:
             yield server
         except Exception as err:
@@ -253,9 +262,26 @@ def running_server(
                 f"({type(err).__name__}: {str(err)[:300]})") from err
     finally:
         _stop(server.process)
-        start_log.record("server", command[3:], {**os.environ, **(env or {})},
-                         time.perf_counter() - started,
-                         startup_s=None if ready is None else round(ready, 1))
+        start_log.record("server", command[3:], env, time.perf_counter() - started,
+                         startup_s=round(ready, 1))
+
+
+def lost_its_port(err: BaseException) -> bool:
+    """Whether a start failed because its port was taken (the log's tail is in the error)."""
+    return isinstance(err, ServerError) and PORT_TAKEN in str(err)
+
+
+def _launch(model: str, port: int, log_path: str, speculative_config: dict | None,
+            extra_args: list[str], env: dict, note: str) -> tuple[Server, list[str]]:
+    """Start the server process, its output in ``log_path`` after the command line."""
+    server = Server(f"http://127.0.0.1:{port}", log_path)
+    command = server_command(model, port, speculative_config, extra_args)
+    with open(log_path, "w") as log:
+        log.write(note + "$ " + " ".join(command) + "\n")
+        log.flush()
+        server.process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return server, command
 
 
 def _wait_healthy(server: Server, timeout: float) -> None:
