@@ -36,8 +36,9 @@ def test_a_taken_port_is_left_and_a_dead_server_fails_with_its_log_tail(tiny, tm
                                             env=BASE_ENV) as server:
                 assert not ports, "the taken port was not offered"
                 assert not server.base_url.endswith(f":{taken.getsockname()[1]}")
-                assert open(log).readline().startswith(
-                    f"# port {taken.getsockname()[1]} was taken by another process")
+                with open(log) as f:
+                    assert f.readline().startswith(
+                        f"# port {taken.getsockname()[1]} was taken by another process")
                 os.killpg(server.process.pid, signal.SIGKILL)
                 server.process.wait()
                 server.model_name()

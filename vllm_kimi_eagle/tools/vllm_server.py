@@ -237,7 +237,8 @@ def running_server(
     env = {**os.environ, **(env or {})}
     note = ""
     for attempt in range(1, PORT_TRIES + 1):
-        server, command = _launch(model, port or free_port(), log_path, speculative_config,
+        chosen = port or free_port()
+        server, command = _launch(model, chosen, log_path, speculative_config,
                                   extra_args or [], env, note)
         started = time.perf_counter()
         try:
@@ -248,8 +249,8 @@ def running_server(
             start_log.record("server", command[3:], env, time.perf_counter() - started)
             if port or attempt == PORT_TRIES or not lost_its_port(err):
                 raise
-            note = (f"# port {server.base_url.rsplit(':', 1)[1]} was taken by another process "
-                    f"before the server bound it ({PORT_TAKEN}): started again\n")
+            note = (f"# port {chosen} was taken by another process before the server "
+                    f"bound it ({PORT_TAKEN}): started again\n")
     ready = time.perf_counter() - started
     try:
         try:
