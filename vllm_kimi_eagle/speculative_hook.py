@@ -56,7 +56,8 @@ from vllm_kimi_eagle.shortcut_policy import FLAG
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 # Target model types whose drafts get the layer-id handling without being asked.
 # Kimi-K3 (kimi_k3, vLLM 0.27 on) captures in vLLM's convention too: id N is the running
-# state once layer N-1 has completed (models/kimi_k3 _capture_aux_hidden_stream).
+# state once layer N-1 has completed (models/kimi_k3/nvidia/model.py: inline in forward in
+# 0.27, _capture_aux_hidden_stream from 0.28).
 KIMI_DEEPSEEK_TARGETS = frozenset(
     {"kimi_k2", "kimi_k25", "kimi_k3", "deepseek_v2", "deepseek_v3", "deepseek_v32"}
 )

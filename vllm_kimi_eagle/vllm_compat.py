@@ -148,8 +148,8 @@ def eagle3_draft_base() -> type:
     return getattr(importlib.import_module(module_name), class_name)
 
 
-# ---- vLLM's own greedy local-argmax path (read in the 0.28.0-0.33.0 sources) ----------
-# In every release 0.28.0-0.33.0:
+# ---- vLLM's own greedy local-argmax path (read in the 0.26.0-0.33.0 sources) ----------
+# In every release 0.26.0-0.33.0:
 # - SpeculativeConfig.use_local_argmax_reduction exists, default False (config/speculative.py);
 # - the V1 proposer (v1/spec_decode/llm_base_proposer.py `_greedy_sample`) and the V2
 #   speculator (v1/worker/gpu/spec_decode/speculator.py `sample_draft`) call the draft's
@@ -162,12 +162,13 @@ def eagle3_draft_base() -> type:
 LOCAL_ARGMAX_MIXIN = ("vllm.model_executor.models.interfaces", "LocalArgmaxMixin")
 
 # Speculative settings with which vLLM rejects (or mis-serves) use_local_argmax_reduction:
-# (field, value, where and how), as read in 0.28.0-0.33.0. The plugin never turns the flag
-# on when one holds (shortcut_policy.py).
+# (field, value, where and how), as read in 0.26.0-0.33.0 (0.26-0.27 have no
+# enable_adaptive_verification, and refuse use_heterogeneous_vocab outside method
+# "draft_model"). The plugin never turns the flag on when one holds (shortcut_policy.py).
 LOCAL_ARGMAX_CONFLICTS = (
     ("draft_sample_method", "probabilistic",
      "Model Runner V2 (the GPU default) raises ValueError at start-up "
-     "(v1/worker/gpu/spec_decode/speculator.py _validate_local_argmax_reduction, 0.28-0.33)"),
+     "(v1/worker/gpu/spec_decode/speculator.py _validate_local_argmax_reduction, 0.26-0.33)"),
     ("enable_adaptive_verification", True,
      "SpeculativeConfig raises for every method but DSpark (config/speculative.py, "
      "0.30-0.33; 0.28-0.29 refuse adaptive verification outside DSpark anyway) and the "
