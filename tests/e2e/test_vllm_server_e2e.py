@@ -26,7 +26,8 @@ def test_a_taken_port_is_left_and_a_dead_server_fails_with_its_log_tail(tiny, tm
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        ports = [taken.getsockname()[1]]
+        taken_port = taken.getsockname()[1]
+        ports = [taken_port]
         real_free_port = vllm_server.free_port
         monkeypatch.setattr(vllm_server, "free_port",
                             lambda: ports.pop() if ports else real_free_port())
@@ -35,10 +36,10 @@ def test_a_taken_port_is_left_and_a_dead_server_fails_with_its_log_tail(tiny, tm
                                             ["--max-model-len", "256", *FP32],
                                             env=BASE_ENV) as server:
                 assert not ports, "the taken port was not offered"
-                assert not server.base_url.endswith(f":{taken.getsockname()[1]}")
+                assert not server.base_url.endswith(f":{taken_port}")
                 with open(log) as f:
                     assert f.readline().startswith(
-                        f"# port {taken.getsockname()[1]} was taken by another process")
+                        f"# port {taken_port} was taken by another process")
                 os.killpg(server.process.pid, signal.SIGKILL)
                 server.process.wait()
                 server.model_name()
