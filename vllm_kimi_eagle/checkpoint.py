@@ -135,9 +135,27 @@ def _entry_problem(meta, data_size: int | None) -> str | None:
 
 
 def index_shards(index_path: str) -> list[str]:
-    """The shard file names an index (``model.safetensors.index.json``) lists, sorted."""
-    with open(index_path) as f:
-        return sorted(set(json.load(f)["weight_map"].values()))
+    """The shard file names an index (``model.safetensors.index.json``) lists, sorted; an
+    index that cannot be read is a CheckpointError naming it."""
+    try:
+        with open(index_path, encoding="utf-8") as f:
+            index = json.load(f)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{index_path}: not valid JSON ({err}); the file is truncated "
+                              "or corrupt: download or export it again.") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map \
+            or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CheckpointError(
+            f"{index_path}: field 'weight_map' is {_short(weight_map)}; expected an object "
+            "of tensor name -> shard file name. Download or export the index again, or "
+            "remove it from a folder holding one model.safetensors.")
+    return sorted(set(weight_map.values()))
+
+
+def _short(value) -> str:
+    text = json.dumps(value) if value is not None else "missing"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def checkpoint_files(folder: str) -> list[str]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -33,9 +34,21 @@ ROPE_TYPES = ("default", "linear", "dynamic", "ntk", "yarn", "deepseek_yarn", "l
               "longrope")
 # Rope types whose scaling needs a factor.
 FACTOR_ROPE_TYPES = ("linear", "dynamic", "ntk", "yarn", "deepseek_yarn", "llama3")
+# The two blocks a config.json may write its rope in, in the order transformers picks them.
+ROPE_BLOCKS = ("rope_scaling", "rope_parameters")
+# transformers' rope base where a config writes none, and the types whose
+# original_max_position_embeddings it fills from max_position_embeddings.
+DEFAULT_ROPE_THETA = 10000.0
+ORIGINAL_MAX_ROPE_TYPES = ("llama3", "yarn", "longrope")
 # Fingerprints of the training tools (layer_ids.TOOL_EXPORTS says what each means).
 MODELOPT_KEYS = ("next_layer_regular", "parallel_draft_step", "parallel_draft_heads_num_layers")
 TORCHSPEC_KEY = "_torchspec_version"
+# Where vLLM finds a draft's quantization config, in its order: config.json's
+# quantization_config, compressed-tensors' older compression_config, then ModelOpt's own
+# file next to config.json (before ModelOpt 0.31), which load_config_json puts under
+# that file's name.
+QUANT_FILE = "hf_quant_config.json"
+QUANTIZATION_KEYS = ("quantization_config", "compression_config", QUANT_FILE)
 
 
 class DraftConfigError(ValueError):
@@ -51,7 +64,9 @@ Number = Annotated[float, Field(allow_inf_nan=False)]
 class _Strict(BaseModel):
     # Unknown keys are kept by the file, ignored here: configs carry many fields the
     # plugin does not read.
-    model_config = ConfigDict(strict=True, extra="ignore", frozen=True, populate_by_name=True)
+    # Fields with an alias are read under that key only: a key spelled like the field's
+    # Python name (``ids``, ``convention``) is an unknown key, never the layer ids.
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
 
 
 def _convention(value: str | None) -> str | None:
@@ -79,16 +94,18 @@ class RopeScaling(_Strict):
 
     rope_type: str | None = None
     type: str | None = None  # the older spelling of rope_type
-    rope_theta: PositiveNumber | None = None  # rope_parameters only
+    rope_theta: PositiveNumber | None = None
     factor: PositiveNumber | None = None
     original_max_position_embeddings: PositiveInt | None = None
     beta_fast: Number | None = None
     beta_slow: Number | None = None
     mscale: Number | None = None
     mscale_all_dim: Number | None = None
+    attention_factor: Number | None = None
 
     @property
     def kind(self) -> str:
+        """The type transformers serves: rope_type, else type, else default."""
         return self.rope_type or self.type or "default"
 
     @model_validator(mode="after")
@@ -100,26 +117,61 @@ class RopeScaling(_Strict):
         return self
 
 
-class WeightQuantization(_Strict):
-    type: str | None = None
-    num_bits: PositiveInt | None = None
-    strategy: str | None = None
+@dataclass(frozen=True)
+class ServedRope:
+    """The rope transformers builds from a config.json, and so the one vLLM serves
+    (transformers 5, ``RotaryEmbeddingConfigMixin.convert_rope_params_to_dict``): the
+    ``rope_scaling`` block where it is a non-empty object, else ``rope_parameters``; the
+    base from that block, else the top-level ``rope_theta``, else 10000; for the types in
+    ORIGINAL_MAX_ROPE_TYPES a missing ``original_max_position_embeddings`` filled from
+    ``max_position_embeddings``."""
+
+    block: str  # "rope_scaling", "rope_parameters", or "" where neither is written
+    kind: str
+    theta: float
+    theta_from: str  # the field the base was read from, or transformers' default
+    factor: float | None = None
+    original_max_position_embeddings: int | None = None
+    original_max_filled: bool = False  # not written: transformers filled it
+
+    def words(self) -> str:
+        """The rope in one phrase, each value with the field it came from."""
+        parts = [f"{self.kind} ({self.block})" if self.block
+                 else "default (no rope block written)"]
+        if self.factor is not None:
+            parts.append(f"factor {self.factor:g}")
+        if self.original_max_position_embeddings is not None:
+            parts.append(f"original_max_position_embeddings "
+                         f"{self.original_max_position_embeddings}" + (
+                             " (not written: transformers fills it from "
+                             "max_position_embeddings)" if self.original_max_filled else ""))
+        parts.append(f"base {self.theta:g} ({self.theta_from})")
+        return ", ".join(parts)
 
 
-class ActivationQuantization(_Strict):
-    dynamic: bool | None = None
+def _served_from(block_name: str, block: RopeScaling | None, top_theta: float | None,
+                 max_positions: int | None) -> ServedRope:
+    """What transformers builds from one rope block and the top-level fields."""
+    block = block or RopeScaling()
+    if block.rope_theta is not None:
+        theta, theta_from = block.rope_theta, f"{block_name}.rope_theta"
+    elif top_theta is not None:
+        theta, theta_from = top_theta, "rope_theta"
+    else:
+        theta, theta_from = DEFAULT_ROPE_THETA, "not written: transformers' default"
+    original, filled = block.original_max_position_embeddings, False
+    if block.kind in ORIGINAL_MAX_ROPE_TYPES and original is None and max_positions:
+        original, filled = max_positions, True
+    return ServedRope(block_name, block.kind, theta, theta_from, block.factor, original,
+                      filled)
 
 
-class QuantizationGroup(_Strict):
-    weights: WeightQuantization | None = None
-    input_activations: ActivationQuantization | None = None
-
-
-class QuantizationConfig(_Strict):
-    quant_method: str = ""
-    weight_block_size: Annotated[list[PositiveInt], Field(min_length=2, max_length=2)] | None = None
-    activation_scheme: str | None = None
-    config_groups: dict[str, QuantizationGroup] | None = None
+def _rope_values(rope: ServedRope, block: RopeScaling | None) -> tuple:
+    """What decides the rotation and the softmax scale, for comparing two blocks."""
+    block = block or RopeScaling()
+    return (rope.kind, rope.theta, rope.factor, rope.original_max_position_embeddings,
+            block.beta_fast, block.beta_slow, block.mscale, block.mscale_all_dim,
+            block.attention_factor)
 
 
 class EagleConfig(_Strict):
@@ -181,12 +233,17 @@ class DraftConfig(_Strict):
     use_aux_norm: bool | None = None
     norm_output: bool | None = None
     norm_before_residual: bool | None = None
-    quantization_config: QuantizationConfig | None = None
+    # An exporter's own format (compressed-tensors, ModelOpt, fp8, ...), judged by vLLM:
+    # the record checks that it is an object, quantization.py reads what the plugin needs.
+    quantization_config: dict[str, Any] | None = None
+    quantization_from: str = QUANTIZATION_KEYS[0]  # set from the raw keys (QUANTIZATION_KEYS)
     # layer ids and their convention, at the top level and nested
     ids: list[NonNegativeInt] | None = Field(None, alias=IDS_KEY)
     convention: str | None = Field(None, alias=CONVENTION_KEY)
     eagle_config: EagleConfig | None = None
     torchspec_marker: bool = False  # set from the raw keys, not read from the file
+    # The rope blocks written as non-empty objects (set from the raw keys).
+    rope_blocks: tuple[str, ...] = ()
 
     _ids = field_validator("ids")(lambda cls, v: _distinct(v))
     _convention = field_validator("convention")(lambda cls, v: _convention(v))
@@ -195,7 +252,13 @@ class DraftConfig(_Strict):
     @classmethod
     def _markers(cls, raw):
         if isinstance(raw, Mapping):
-            raw = dict(raw, torchspec_marker=raw.get(TORCHSPEC_KEY) is not None)
+            quantization_from = next((k for k in QUANTIZATION_KEYS if raw.get(k) is not None),
+                                     QUANTIZATION_KEYS[0])
+            raw = dict(raw, torchspec_marker=raw.get(TORCHSPEC_KEY) is not None,
+                       rope_blocks=tuple(k for k in ROPE_BLOCKS
+                                         if isinstance(raw.get(k), Mapping) and raw[k]),
+                       quantization_config=raw.get(quantization_from),
+                       quantization_from=quantization_from)
         return raw
 
     @model_validator(mode="after")
@@ -211,6 +274,24 @@ class DraftConfig(_Strict):
             raise ValueError(
                 f"{CONVENTION_KEY} is {self.convention!r} and eagle_config.{CONVENTION_KEY} "
                 f"is {nested.convention!r}: two different conventions. Keep one")
+        return self
+
+    @model_validator(mode="after")
+    def _sizes_agree(self):
+        """Sizes that vLLM would otherwise find wrong only at weight load or first step."""
+        if self.draft_vocab_size and self.vocab_size and self.draft_vocab_size > self.vocab_size:
+            raise ValueError(
+                f"draft_vocab_size is {self.draft_vocab_size} and vocab_size is "
+                f"{self.vocab_size}: a draft vocabulary is the target's or a part of it "
+                "(d2t maps each draft id to a target id). Set draft_vocab_size to the "
+                "draft's lm_head rows, at most vocab_size")
+        ids, where = self.written_ids
+        if self.num_aux_hidden_states and ids and self.num_aux_hidden_states != len(ids):
+            raise ValueError(
+                f"num_aux_hidden_states is {self.num_aux_hidden_states} and {where} lists "
+                f"{len(ids)} layer(s) {ids}: vLLM captures one state per id and the draft's "
+                "fc takes num_aux_hidden_states of them. Make them agree (fc.weight's input "
+                "size is num_aux_hidden_states x the target's hidden size)")
         return self
 
     # ---- readings of the record --------------------------------------------------------
@@ -248,16 +329,46 @@ class DraftConfig(_Strict):
         return None, ""
 
     @property
-    def rope(self) -> RopeScaling | None:
-        """The rope parameters: rope_parameters (transformers 5), else rope_scaling."""
-        return self.rope_parameters or self.rope_scaling
+    def rope(self) -> ServedRope:
+        """The rope transformers and vLLM serve (``ServedRope``)."""
+        block = self.rope_blocks[0] if self.rope_blocks else ""
+        return _served_from(block, getattr(self, block) if block else None, self.rope_theta,
+                            self.max_position_embeddings)
 
     @property
-    def config_rope_theta(self) -> float | None:
-        """The rope base config.json gives (rope_parameters first, then rope_theta)."""
-        if self.rope_parameters is not None and self.rope_parameters.rope_theta is not None:
-            return self.rope_parameters.rope_theta
-        return self.rope_theta
+    def config_rope_theta(self) -> float:
+        """The rope base served from config.json (``rope``), before any override."""
+        return self.rope.theta
+
+    @property
+    def rope_disagreements(self) -> list[str]:
+        """Each fact about the rope that config.json gives twice, with two values: the
+        two blocks, ``type`` and ``rope_type``, a block's base and the top-level one."""
+        found, served = [], self.rope
+        if len(self.rope_blocks) == 2:
+            other = _served_from("rope_parameters", self.rope_parameters, self.rope_theta,
+                                 self.max_position_embeddings)
+            if _rope_values(served, self.rope_scaling) != _rope_values(
+                    other, self.rope_parameters):
+                found.append(
+                    f"rope_scaling gives {served.words()} and rope_parameters gives "
+                    f"{other.words()}: two different ropes (transformers, and so vLLM, "
+                    "serves rope_scaling). Keep the one block the draft was trained with")
+        for name in self.rope_blocks:
+            block = getattr(self, name)
+            if block.type and block.rope_type and block.type != block.rope_type:
+                found.append(
+                    f"{name}.type is {block.type!r} and {name}.rope_type is "
+                    f"{block.rope_type!r}: two rope types (transformers serves rope_type). "
+                    "Keep one")
+            if name == served.block and block.rope_theta is not None \
+                    and self.rope_theta is not None and block.rope_theta != self.rope_theta:
+                found.append(
+                    f"rope_theta is {self.rope_theta:g} and {name}.rope_theta is "
+                    f"{block.rope_theta:g}: two rope bases (transformers serves "
+                    f"{block.rope_theta:g}). Keep one, or set both to the base the draft "
+                    "was trained with")
+        return found
 
     @property
     def specforge_marker(self) -> bool:
@@ -326,10 +437,21 @@ def as_record(config: DraftConfig | Mapping, source: str = "config.json") -> Dra
 
 
 def load_config_json(path: str) -> Any:
-    """A config.json file as JSON (a folder's or a file's path); a missing, truncated or
-    corrupt file is a DraftConfigError naming it."""
+    """A config.json file as JSON (a folder's or a file's path), with ModelOpt's
+    hf_quant_config.json beside it under that name where config.json has no
+    quantization_config (as vLLM reads it); a missing, truncated or corrupt file is a
+    DraftConfigError naming it."""
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
+    found = _read_json(path)
+    beside = os.path.join(os.path.dirname(path), QUANT_FILE)
+    if isinstance(found, dict) and found.get("quantization_config") is None \
+            and os.path.exists(beside):
+        found = {**found, QUANT_FILE: _read_json(beside)}
+    return found
+
+
+def _read_json(path: str) -> Any:
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)

@@ -87,6 +87,9 @@ REFUSED_FIELDS = (
      "captured target states has none (Model-Optimizer does not build them for EAGLE3)"),
 )
 ACTIVATIONS = ("silu",)
+# Rope types vLLM's MLA attention builds as written: it turns every other type into
+# DeepSeek YaRN (deepseek_v2.py DeepseekV2MLAAttention, 0.28-0.33).
+MLA_ROPE_TYPES = ("default", "yarn", "deepseek_yarn")
 LLAMA_TYPES = ("llama",)
 # Architectures a draft's config.json may name: vLLM serves each as an EAGLE3 draft
 # (it renames X to Eagle3X unless the name starts or ends with Eagle3).
@@ -135,11 +138,15 @@ def spec_from_config(config: DraftConfig | Mapping, source: str = "the draft con
             f"{source}: hidden_act is {activation!r}; the draft's MLP is built for "
             f"{', '.join(ACTIVATIONS)} (vLLM's DeepSeek MLP), so this draft would be served "
             "with another activation than it was trained with.")
+    disagreements = config.rope_disagreements + _fc_norm_disagreement(config)
+    if disagreements:
+        raise DraftConfigError(f"{source}: " + "; ".join(disagreements) + ".")
     hidden = required("hidden_size")
     vocab = required("vocab_size")
     ids, _ = config.written_ids
     try:
-        quantization = quantization_from_config(config.quantization_config, source)
+        quantization = quantization_from_config(config.quantization_config, source,
+                                                config.quantization_from)
     except QuantizationConfigError as err:
         raise DraftConfigError(str(err)) from None
     heads = required("num_attention_heads")
@@ -162,6 +169,16 @@ def spec_from_config(config: DraftConfig | Mapping, source: str = "the draft con
         logit_scale=config.logit_scale or 1.0,
         max_position_embeddings=config.max_position_embeddings or 8192,
     )
+    rope = config.rope
+    if config.kv_lora_rank is not None and rope.kind not in MLA_ROPE_TYPES \
+            and not config.mla_use_nope:
+        key = "rope_type" if getattr(config, rope.block).rope_type else "type"
+        raise DraftConfigError(
+            f"{source}: field '{rope.block}.{key}' is {rope.kind!r}, but vLLM's MLA attention "
+            f"builds only {', '.join(map(repr, MLA_ROPE_TYPES))} as written and serves "
+            "every other rope type as DeepSeek YaRN, so this draft would be served with "
+            "another rope than it was trained with. Serve a draft trained with default or "
+            "yarn rope.")
     if config.kv_lora_rank is None and config.model_type in LLAMA_TYPES:
         head_dim = config.head_dim or hidden // heads
         return DraftSpec(**common, q_lora_rank=None, kv_lora_rank=0, qk_nope_head_dim=0,
@@ -177,6 +194,19 @@ def spec_from_config(config: DraftConfig | Mapping, source: str = "the draft con
         nope=bool(config.mla_use_nope),
         output_gate=bool(config.mla_use_output_gate),
     )
+
+
+def _fc_norm_disagreement(config: DraftConfig) -> list[str]:
+    """fc_norm and use_aux_norm (SpecForge's name) written with two values: vLLM's in-tree
+    class reads fc_norm only, the plugin's either."""
+    if config.fc_norm is not None and config.use_aux_norm is not None \
+            and config.fc_norm != config.use_aux_norm:
+        return [f"fc_norm is {str(config.fc_norm).lower()} and use_aux_norm is "
+                f"{str(config.use_aux_norm).lower()}: two answers to whether the captured "
+                "states are normalised before fc (vLLM's in-tree class reads fc_norm, the "
+                "plugin's class either). Keep one, or set both to what the draft was "
+                "trained with (fc_norm.* tensors in the checkpoint mean true)"]
+    return []
 
 
 def expected_tensors(spec: DraftSpec) -> dict[str, tuple[int, ...]]:

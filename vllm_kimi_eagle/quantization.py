@@ -14,8 +14,8 @@ the scheme, the platform and what to do (``serving_problem``).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-
 
 
 class QuantizationConfigError(ValueError):
@@ -43,37 +43,102 @@ CHECKED = ("fp8 with weight_block_size and dynamic activations (DeepSeek's block
            "activation scales")
 
 
-def quantization_from_config(raw, source: str = "the draft config") -> Quantization | None:
-    """The draft's quantization scheme from its validated ``quantization_config``
-    (``draft_config.QuantizationConfig``), None when unquantized; a scheme whose tensors
-    the plugin does not know is an error naming it (never a silent acceptance)."""
+def quantization_from_config(raw: Mapping | None, source: str = "the draft config",
+                             key: str = "quantization_config") -> Quantization | None:
+    """The draft's quantization scheme from its ``quantization_config`` as written (an
+    exporter's own format, which vLLM judges), None when unquantized. Only the fields the
+    plugin's class decides on are read; a scheme whose tensors it does not know is an
+    error naming the scheme and ``VLLM_KIMI_EAGLE_DRAFT=upstream`` (never a silent
+    acceptance)."""
     if raw is None:
         return None
-    method = raw.quant_method.lower()
+    method = raw.get("quant_method")
+    if isinstance(method, str):  # as vLLM normalises it
+        method = method.lower().replace("compressed_tensors", "compressed-tensors")
     found = None
-    if method == "fp8" and raw.weight_block_size \
-            and (raw.activation_scheme or "dynamic") == "dynamic":
-        found = Quantization("fp8-block", tuple(raw.weight_block_size))
+    if method == "fp8" and raw.get("weight_block_size") is not None \
+            and raw.get("activation_scheme", "dynamic") in ("dynamic", None):
+        found = Quantization("fp8-block", _block_size(raw["weight_block_size"], source, key))
     elif method == "compressed-tensors":
         found = _compressed_tensors(raw)
     if found is None:
         raise QuantizationConfigError(
-            f"{source}: quantization_config (quant_method {method!r}) is not a scheme whose "
-            f"tensors the plugin checks ({CHECKED}). Serve the unquantized draft, or this one "
-            "with vLLM's in-tree class (VLLM_KIMI_EAGLE_DRAFT=upstream) and measure its "
-            "acceptance against the unquantized draft's.")
+            f"{source}: {key} is {scheme_words(raw)}, which the plugin's draft "
+            f"class does not serve: it checks and loads the scales of {CHECKED} only. Serve "
+            "this draft with vLLM's in-tree class (VLLM_KIMI_EAGLE_DRAFT=upstream: the "
+            "plugin then leaves its quantization to vLLM) and measure its acceptance against "
+            "the unquantized draft's, or serve the unquantized draft.")
     return found
 
 
-def _compressed_tensors(raw) -> Quantization | None:
-    groups = list((raw.config_groups or {}).values())
-    if len(groups) != 1 or groups[0].weights is None:
+def _block_size(value, source: str, key: str) -> tuple[int, int]:
+    """weight_block_size as [block_n, block_k]: the plugin derives the scale shapes from it."""
+    if not (isinstance(value, list) and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)):
+        raise QuantizationConfigError(
+            f"{source}: field '{key}.weight_block_size' is {value!r}; expected "
+            "a list of 2 positive integers [block_n, block_k] (DeepSeek and Kimi write "
+            "[128, 128]). Fix it in config.json, or export the draft again.")
+    return value[0], value[1]
+
+
+def _part(group: Mapping, key: str) -> Mapping:
+    part = group.get(key)
+    return part if isinstance(part, Mapping) else {}
+
+
+def _compressed_tensors(raw: Mapping) -> Quantization | None:
+    groups = raw.get("config_groups")
+    groups = list(groups.values()) if isinstance(groups, Mapping) else []
+    if len(groups) != 1 or not isinstance(groups[0], Mapping):
         return None
-    weights, inputs = groups[0].weights, groups[0].input_activations
-    if (weights.type, weights.num_bits, weights.strategy) != ("int", 8, "channel") \
-            or inputs is None or not inputs.dynamic:
-        return None
-    return Quantization("int8-channel")
+    weights, inputs = _part(groups[0], "weights"), _part(groups[0], "input_activations")
+    int8_channel = (weights.get("type"), weights.get("num_bits"), weights.get("strategy")) \
+        == ("int", 8, "channel") and weights.get("symmetric", True) is True \
+        and inputs.get("dynamic") is True
+    return Quantization("int8-channel") if int8_channel else None
+
+
+def scheme_words(raw: Mapping) -> str:
+    """A quantization_config's scheme in words, from the fields its exporter writes."""
+    method = raw.get("quant_method")
+    if method == "compressed-tensors":
+        groups = raw.get("config_groups")
+        parts = []
+        for name, group in (groups.items() if isinstance(groups, Mapping) else ()):
+            if isinstance(group, Mapping):
+                parts.append(f"{name}: weights {_args_words(_part(group, 'weights'))}, "
+                             f"activations {_args_words(_part(group, 'input_activations'))}")
+        return "compressed-tensors (" + ("; ".join(parts) or "no config_groups") + ")"
+    if _modelopt(raw):
+        inner = raw.get("quantization") if isinstance(raw.get("quantization"), Mapping) else raw
+        return f"ModelOpt {inner.get('quant_algo', '(no quant_algo)')}"
+    if method == "fp8":
+        block = raw.get("weight_block_size")
+        return (f"fp8 with weight_block_size {block}" if block is not None
+                else "fp8 per tensor") + \
+            f", activation_scheme {raw.get('activation_scheme', 'dynamic')!r}"
+    return f"quant_method {method!r}"
+
+
+def _modelopt(raw: Mapping) -> bool:
+    """ModelOpt's export: quant_method modelopt* (0.35 on), quant_library (0.33), or its
+    producer block (every release; EAGLE drafts write only that and ``quantization``)."""
+    producer = raw.get("producer")
+    named = producer.get("name") if isinstance(producer, Mapping) else None
+    return any(isinstance(v, str) and v.lower().startswith("modelopt")
+               for v in (raw.get("quant_method"), raw.get("quant_library"), named))
+
+
+def _args_words(args: Mapping) -> str:
+    if not args:
+        return "unquantized"
+    words = f"{args.get('type', '?')} {args.get('num_bits', '?')}-bit {args.get('strategy', '?')}"
+    if args.get("group_size") is not None:
+        words += f" group {args['group_size']}"
+    if "dynamic" in args:
+        words += f" dynamic {args['dynamic']!r}"
+    return words
 
 
 def scale_tensors(quantization: Quantization, weight: str,

@@ -157,6 +157,26 @@ def test_a_sharded_checkpoint_is_read_through_its_index(tmp_path):
         checkpoint.read_checkpoint(folder)
 
 
+@pytest.mark.parametrize("text, words", [
+    ('{"weight_map": {"fc.weight": "a.safet', "not valid JSON"),
+    ("\xff\xfe", "not valid JSON"),
+    ("[]", "field 'weight_map' is missing"),
+    ('{"metadata": {}}', "field 'weight_map' is missing"),
+    ('{"weight_map": {}}', "field 'weight_map' is {}"),
+    ('{"weight_map": {"fc.weight": 3}}', 'field \'weight_map\' is {"fc.weight": 3}'),
+    ('{"weight_map": ["a.safetensors"]}', "field 'weight_map' is [\"a.safetensors\"]"),
+], ids=["truncated", "not-utf8", "list", "no-map", "empty-map", "number", "map-as-list"])
+def test_a_corrupt_index_is_one_error_naming_it(tmp_path, text, words):
+    folder = str(tmp_path)
+    _save(folder, "a.safetensors", {"fc.weight": torch.zeros(2, 6)})
+    index = os.path.join(folder, checkpoint.INDEX_FILE)
+    with open(index, "w", encoding="latin-1") as f:
+        f.write(text)
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        checkpoint.read_checkpoint(folder)
+    assert str(err.value).startswith(index + ": ") and words in str(err.value), str(err.value)
+
+
 def test_a_folder_without_weights_and_unlisted_files(tmp_path):
     with pytest.raises(checkpoint.CheckpointError, match="no .safetensors file"):
         checkpoint.read_checkpoint(str(tmp_path))

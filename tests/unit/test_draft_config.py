@@ -77,15 +77,15 @@ def test_two_things_written_in_two_places_are_refused_naming_both():
 
 @pytest.mark.parametrize("fields, rope_type, theta", [
     ({"rope_theta": 5e4, "rope_scaling": {"type": "yarn", "factor": 32.0}}, "yarn", 5e4),
-    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}, "rope_theta": 5e4},
-     "default", 1e4),
+    ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "default", 1e4),
     ({"rope_parameters": {"rope_type": "yarn", "factor": 2}, "rope_theta": 5e4}, "yarn", 5e4),
-    ({"rope_theta": 10000}, None, 10000),
-    ({}, None, None),
+    ({"rope_theta": 20000}, "default", 20000),
+    ({}, "default", 10000),
 ])
 def test_the_rope_base_and_type(fields, rope_type, theta):
+    """What transformers serves (tests/unit/test_draft_rope.py compares with it)."""
     record = parse(**fields)
-    assert (record.rope.kind if record.rope else None) == rope_type
+    assert record.rope.kind == rope_type
     assert record.config_rope_theta == theta
 
 
@@ -104,6 +104,48 @@ def test_rope_scaling_is_refused_by_name(rope, words):
 def test_a_default_rope_needs_no_factor():
     assert parse(rope_scaling={"rope_type": "default"}).rope.kind == "default"
     assert parse(rope_scaling={}).rope.kind == "default"
+
+
+@pytest.mark.parametrize("key", ["ids", "convention"])
+def test_only_the_real_keys_are_read_as_layer_ids(key):
+    """A key spelled like the record's field name is an unknown key, not the ids."""
+    value = [2, 30, 58] if key == "ids" else "output-of"
+    record = parse(**{key: value, "eagle_config": {key: value}})
+    assert record.written_ids == (None, "none")
+    assert record.written_convention == (None, "")
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"vocab_size": 1000, "draft_vocab_size": 1001},
+     "draft_vocab_size is 1001 and vocab_size is 1000: a draft vocabulary is the target's"),
+    ({IDS_KEY: [2, 30, 58], "num_aux_hidden_states": 2},
+     f"num_aux_hidden_states is 2 and {IDS_KEY} lists 3 layer(s) [2, 30, 58]"),
+    ({"eagle_config": {IDS_KEY: [1, 29]}, "num_aux_hidden_states": 3},
+     f"num_aux_hidden_states is 3 and {NESTED_IDS} lists 2 layer(s) [1, 29]"),
+])
+def test_sizes_that_disagree_are_refused_in_the_record(fields, words):
+    assert words in refusal(**fields)
+
+
+def test_sizes_at_their_bounds_are_read():
+    assert parse(vocab_size=1000, draft_vocab_size=1000).draft_vocab_size == 1000
+    assert parse(**{IDS_KEY: [2, 30, 58], "num_aux_hidden_states": 3}).num_aux_hidden_states == 3
+    assert parse(num_aux_hidden_states=4).num_aux_hidden_states == 4  # no ids: vLLM's default
+
+
+@pytest.mark.parametrize("quantization_config", [
+    {"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+        "weights": {"type": "float", "num_bits": 4, "strategy": "tensor_group",
+                    "group_size": 16, "dynamic": False},
+        "input_activations": {"type": "float", "num_bits": 4, "strategy": "tensor_group",
+                              "group_size": 16, "dynamic": "local"}}}},
+    {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16},
+    {"quant_method": "fp8", "weight_block_size": [128]},
+])
+def test_a_quantization_config_is_the_exporters_and_vllms_to_judge(quantization_config):
+    """The record reads any object there; quantization.py reads what the class needs."""
+    assert parse(quantization_config=quantization_config).quantization_config == \
+        quantization_config
 
 
 @pytest.mark.parametrize("fields, markers", [
@@ -130,10 +172,8 @@ def test_training_tool_fingerprints(fields, markers):
     ({"hidden_act": 7}, "field 'hidden_act' is 7; expected a string"),
     ({"architectures": "Eagle3DeepseekV2ForCausalLM"},
      "field 'architectures' is \"Eagle3DeepseekV2ForCausalLM\"; expected a list"),
-    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128]}},
-     "field 'quantization_config.weight_block_size' is [128]; expected a list of 2"),
-    ({"quantization_config": {"quant_method": "fp8", "weight_block_size": [1, 2, 3]}},
-     "expected a list of 2"),
+    ({"quantization_config": ["fp8"]}, "field 'quantization_config' is [\"fp8\"]; expected "
+                                       "an object"),
     ({"eagle_config": {IDS_KEY: [2, 2]}},
      f"field 'eagle_config.{IDS_KEY}' is [2, 2]: id(s) [2] appear more than once"),
     ({CONVENTION_KEY: "middle"},

@@ -126,7 +126,12 @@ def test_defaults_where_the_config_is_silent():
 
 
 def test_what_the_config_says_is_what_the_spec_holds():
-    spec = spec_from_config(_base(target_hidden_size=512, draft_vocab_size=100,
+    # num_aux_hidden_states is read, not the ids' count (no ids written here; the record
+    # refuses a count that differs from the ids, tests/unit/test_draft_config.py).
+    unlisted = {k: v for k, v in _base()["eagle_config"].items()
+                if k != "eagle_aux_hidden_state_layer_ids"}
+    spec = spec_from_config(_base(eagle_config=unlisted, target_hidden_size=512,
+                                  draft_vocab_size=100,
                                   rms_norm_eps=1e-5, logit_scale=0.5,
                                   max_position_embeddings=4096, use_aux_norm=True,
                                   norm_output=True, norm_before_residual=True,

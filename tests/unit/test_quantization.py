@@ -6,7 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+import json
+import os
+
 from vllm_kimi_eagle import checkpoint
+from vllm_kimi_eagle.draft_config import QUANT_FILE, parse_draft_config, read_draft_config
 from vllm_kimi_eagle.draft_spec import (
     DraftConfigError,
     expected_tensors,
@@ -40,9 +44,99 @@ def test_schemes_read_from_the_config():
     {**SCHEMES["int8-channel"](None), "config_groups": {}},
 ], ids=["awq", "fp8-per-tensor", "fp8-static", "compressed-tensors-other"])
 def test_a_scheme_the_plugin_does_not_check_is_refused_by_name(raw):
-    with pytest.raises(DraftConfigError, match="is not a scheme whose tensors the plugin "
-                                               "checks.*VLLM_KIMI_EAGLE_DRAFT=upstream"):
+    with pytest.raises(DraftConfigError, match="which the plugin.s draft class does not serve"
+                                               ".*VLLM_KIMI_EAGLE_DRAFT=upstream"):
         spec_from_config(config(raw), source="draft/config.json")
+
+
+# quantization_config as real exporters write it (compressed-tensors 0.6-0.17, ModelOpt
+# 0.23-0.46, DeepSeek, transformers, AutoFP8), each with where it was read.
+EXPORTS = json.load(open(os.path.join(os.path.dirname(__file__), os.pardir, "data",
+                                      "exporter_quantization_configs.json")))["configs"]
+# The exports the plugin's class checks and loads; every other one it leaves to vLLM.
+SERVED_BY_THE_PLUGIN = {
+    "ct-0.17-w8a8-int8": Quantization("int8-channel"),
+    "ct-0.9-w8a8-int8": Quantization("int8-channel"),
+    "deepseek-v3-fp8-block": Quantization("fp8-block", (128, 128)),
+    "transformers-finegrained-fp8": Quantization("fp8-block", (128, 128)),
+}
+
+
+def _written(export: dict) -> dict:
+    """config.json with the export where its exporter writes it."""
+    key = export["config_key"]
+    return config() | {("quantization_config" if key == QUANT_FILE else key):
+                       export["quantization_config"]}
+
+
+@pytest.mark.parametrize("export", EXPORTS, ids=[e["name"] for e in EXPORTS])
+def test_the_record_accepts_every_quantization_config_real_exporters_write(export):
+    record = parse_draft_config(_written(export), "d/config.json")
+    assert record.quantization_config == export["quantization_config"]
+
+
+@pytest.mark.parametrize("export", EXPORTS, ids=[e["name"] for e in EXPORTS])
+def test_the_plugins_class_serves_its_schemes_and_names_the_switch_for_the_others(export):
+    name = export["name"]
+    if name in SERVED_BY_THE_PLUGIN:
+        assert spec_from_config(_written(export)).quantization == SERVED_BY_THE_PLUGIN[name]
+        return
+    with pytest.raises(DraftConfigError) as err:
+        spec_from_config(_written(export), "d/config.json")
+    message = str(err.value)
+    assert message.startswith(f"d/config.json: {export['config_key'].replace(QUANT_FILE, 'quantization_config')} is ")
+    assert "VLLM_KIMI_EAGLE_DRAFT=upstream" in message
+    method = export["quantization_config"].get("quant_method", "ModelOpt")
+    assert ("ModelOpt" if export["exporter"] == "modelopt" else method) in message
+
+
+def test_the_scheme_is_named_in_words():
+    by_name = {e["name"]: e["quantization_config"] for e in EXPORTS}
+    from vllm_kimi_eagle.quantization import scheme_words
+
+    assert scheme_words(by_name["ct-0.17-nvfp4"]) == (
+        "compressed-tensors (group_0: weights float 4-bit tensor_group group 16 dynamic "
+        "False, activations float 4-bit tensor_group group 16 dynamic 'local')")
+    assert scheme_words(by_name["modelopt-0.46-eagle3-draft-nvfp4-nested"]) == "ModelOpt NVFP4"
+    assert scheme_words(by_name["modelopt-0.33-fp8-config-json"]) == "ModelOpt FP8"
+    assert scheme_words(by_name["autofp8-static"]) == \
+        "fp8 per tensor, activation_scheme 'static'"
+
+
+def test_compression_config_and_hf_quant_config_are_read_where_vllm_reads_them(tmp_path):
+    """compressed-tensors' older key, and ModelOpt's file beside config.json, are the
+    draft's quantization where config.json has no quantization_config."""
+    int8 = SCHEMES["int8-channel"](None)
+    record = parse_draft_config(config() | {"compression_config": int8})
+    assert (record.quantization_config, record.quantization_from) == (int8, "compression_config")
+    assert spec_from_config(record).quantization == Quantization("int8-channel")
+    both = parse_draft_config(config(int8) | {"compression_config": {"quant_method": "x"}})
+    assert both.quantization_from == "quantization_config"
+
+    modelopt = next(e for e in EXPORTS if e["name"] == "modelopt-0.23-fp8-hf_quant_config")
+    (tmp_path / "config.json").write_text(json.dumps(config()))
+    assert read_draft_config(str(tmp_path)).quantization_config is None
+    (tmp_path / QUANT_FILE).write_text(json.dumps(modelopt["quantization_config"]))
+    record = read_draft_config(str(tmp_path))
+    assert record.quantization_from == QUANT_FILE
+    assert record.quantization_config == modelopt["quantization_config"]
+    with pytest.raises(DraftConfigError, match=f"^{tmp_path / 'config.json'}: {QUANT_FILE} is "
+                                               "ModelOpt FP8, "):
+        spec_from_config(record)
+    (tmp_path / QUANT_FILE).write_text("{")
+    with pytest.raises(DraftConfigError, match=f"{QUANT_FILE}: not valid JSON"):
+        read_draft_config(str(tmp_path))
+    # config.json's own quantization_config wins, as in vLLM.
+    (tmp_path / "config.json").write_text(json.dumps(config(int8)))
+    assert read_draft_config(str(tmp_path)).quantization_from == "quantization_config"
+
+
+@pytest.mark.parametrize("block", [[128], [1, 2, 3], [128, "128"], [0, 128], [True, 128], "128x128"])
+def test_a_block_size_the_class_cannot_read_is_refused_by_name(block):
+    raw = {"quant_method": "fp8", "weight_block_size": block, "activation_scheme": "dynamic"}
+    with pytest.raises(DraftConfigError, match="field 'quantization_config.weight_block_size' "
+                                               "is .*expected a list of 2 positive integers"):
+        spec_from_config(config(raw), "d/config.json")
 
 
 def test_every_linear_gets_its_scales():
@@ -153,15 +247,17 @@ def test_the_block_and_the_method_are_read_as_written(raw, found):
      "input_activations": {"dynamic": False}},
     {"weights": {"type": "int", "num_bits": 8, "strategy": "channel"}},
     {"input_activations": {"dynamic": True}},
-], ids=["4-bit", "per-tensor", "float", "static", "no-activations", "no-weights"])
+    {"weights": {"type": "int", "num_bits": 8, "strategy": "channel", "symmetric": False},
+     "input_activations": {"dynamic": True}},
+], ids=["4-bit", "per-tensor", "float", "static", "no-activations", "no-weights", "asymmetric"])
 def test_other_compressed_tensors_schemes_are_refused(group):
     raw = {"quant_method": "compressed-tensors", "config_groups": {"group_0": group}}
-    with pytest.raises(DraftConfigError, match="quant_method 'compressed-tensors'"):
+    with pytest.raises(DraftConfigError, match="quantization_config is compressed-tensors \\(group_0: "):
         spec_from_config(config(raw), source="draft/config.json")
 
 
 def test_two_groups_are_refused():
     group = SCHEMES["int8-channel"](None)["config_groups"]["group_0"]
     raw = {"quant_method": "compressed-tensors", "config_groups": {"a": group, "b": group}}
-    with pytest.raises(DraftConfigError, match="is not a scheme whose tensors"):
+    with pytest.raises(DraftConfigError, match="compressed-tensors \\(a: .*; b: .*does not serve"):
         spec_from_config(config(raw))
