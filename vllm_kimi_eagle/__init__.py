@@ -61,15 +61,13 @@ def register() -> None:
 
 def _install() -> list[str]:
     """Install what this vLLM release needs; what was changed, in words (the load line)."""
-    from vllm_kimi_eagle import vllm_compat
+    from vllm_kimi_eagle import settings, vllm_compat
 
-    from vllm_kimi_eagle import settings
-
-    act, message = vllm_compat.support_verdict(vllm_compat.installed_vllm_version(),
-                                               settings.value(settings.UNCHECKED_RELEASE))
-    if message:
-        logger.warning(message)
-    if not act:
+    reported = vllm_compat.installed_vllm_version_text()
+    verdict = vllm_compat.support_verdict(reported, settings.value(settings.UNCHECKED_RELEASE))
+    if verdict.message:
+        logger.log(verdict.level, verdict.message)
+    if not verdict.act:
         return []
 
     from vllm import ModelRegistry
@@ -90,6 +88,14 @@ def _install() -> list[str]:
     from vllm_kimi_eagle.speculative_hook import install_speculative_hook
 
     ours = draft_choice() == "plugin"
+    upstream_why = "VLLM_KIMI_EAGLE_DRAFT=upstream"
+    if ours and verdict.check_contract:  # a minor not checked on: does our class still fit?
+        from vllm_kimi_eagle import release_gate
+
+        problems = release_gate.contract_problems()
+        if problems:
+            logger.warning(release_gate.kept_line(reported, problems))
+            ours, upstream_why = False, "what the plugin's class builds on moved"
     changes = []
     # Whichever draft class serves: the CPU sampler and MLA backends are vLLM's, for every
     # speculative method (all change nothing on builds with Triton, i.e. on GPUs).
@@ -113,6 +119,5 @@ def _install() -> list[str]:
         changes.append(f"{', '.join(sorted(PLUGIN_DRAFT_ARCHITECTURES))} served by its "
                        "draft class")
     else:
-        changes.append("MLA EAGLE3 drafts served by vLLM's in-tree class (VLLM_KIMI_EAGLE_DRAFT"
-                       "=upstream)")
+        changes.append(f"MLA EAGLE3 drafts served by vLLM's in-tree class ({upstream_why})")
     return changes

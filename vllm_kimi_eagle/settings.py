@@ -76,7 +76,8 @@ GREEDY_SHORTCUT = Setting("VLLM_KIMI_EAGLE_GREEDY_SHORTCUT", SWITCH_TAKES, _swit
 CPU_MLA_VERIFY = Setting("VLLM_KIMI_EAGLE_CPU_MLA_VERIFY", SWITCH_TAKES, _switch, True,
                          "draft tokens are verified in the CPU MLA decode kernel")
 UNCHECKED_RELEASE = Setting("VLLM_KIMI_EAGLE_UNCHECKED_RELEASE", SWITCH_TAKES, _switch, False,
-                            "the plugin acts only on vLLM releases it was run or read on")
+                            "on a vLLM minor older than those it was checked on the "
+                            "plugin changes nothing")
 # What vLLM's processes read (the tools' own variables, such as VLLM_KIMI_EAGLE_TINY_DIR,
 # are read by the tools).
 SETTINGS = (PLUGIN, DRAFT, LAYER_IDS, DRAFT_ROPE_THETA, DRAFT_NOPE, GREEDY_SHORTCUT,

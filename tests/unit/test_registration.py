@@ -5,6 +5,7 @@ tests/integration/test_plugin_loading.py)."""
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 
 import pytest
 from packaging.version import Version
@@ -30,32 +31,141 @@ def test_bad_draft_choice_is_the_default_and_a_line_naming_the_variable():
     assert draft_choice({"VLLM_KIMI_EAGLE_DRAFT": "UPSTREAM"}) == "upstream"
 
 
+# The version strings vLLM reports (package metadata, else vllm.__version__), and what the
+# plugin does there: (reported, acts, checks the draft class's contract first, log line).
+CONTRACT = "replaces vLLM's only where the vLLM classes"
+OVERRIDE = "VLLM_KIMI_EAGLE_UNCHECKED_RELEASE=1"
+
+
 @pytest.mark.parametrize(
-    "version, acts, says",
+    "reported, acts, checks, says",
     [
-        (None, False, "no vLLM is importable"),
-        (Version("0.10.2"), False, "older than 0.18.1"),
-        (Version("0.18.1"), False, "neither run nor read"),
-        (Version("0.25.1"), False, "VLLM_KIMI_EAGLE_UNCHECKED_RELEASE=1"),
-        (Version("0.26.0"), True, ""),
-        (Version("0.27.1"), True, ""),
-        (Version("0.28.0"), True, ""),
-        (Version("0.30.0"), True, ""),
-        (Version("0.28.1"), False, "neither run nor read"),
-        (Version("0.32.0"), True, ""),
-        (Version("0.33.0"), True, ""),
-        (Version("0.34.0"), True, "newer than 0.33.0"),
+        (None, False, False, "no vLLM is importable"),
+        ("0.10.2", False, False, "counts as 0.10, older than 0.18"),
+        ("0.17.1", False, False, "older than 0.18"),
+        ("0.18.1", False, False, OVERRIDE),
+        ("0.25.1", False, False, "a minor neither run nor read for this plugin"),
+        ("0.26.0", True, False, ""),
+        ("0.26.1", True, False, ""),  # a patch release of a checked minor: the safest case
+        ("0.27.1", True, False, ""),
+        ("0.28.0", True, False, ""),
+        ("0.28.1", True, False, ""),
+        ("0.30.0", True, False, ""),
+        ("0.30.7", True, False, ""),
+        ("0.32.0+cpu", True, False, ""),  # a local build
+        ("0.32.1", True, False, ""),
+        ("0.33.0", True, False, ""),
+        ("0.32.0.dev100+gabc1234", True, False, "is a pre-release of 0.32, judged as 0.32, a "
+                                                "minor this plugin was checked on"),
+        ("0.33.1.dev5+g1234abc", True, False, "is a pre-release of 0.33, judged as 0.33"),
+        ("0.34.0rc1", True, True, "is a pre-release of 0.34, judged as 0.34, newer than 0.33"),
+        ("0.34.0", True, True, "counts as 0.34, newer than 0.33, the newest minor"),
+        ("1.0.0", True, True, "newer than 0.33"),
+        ("dev", True, True, "reports its version as 'dev', which names no release"),
+        ("0.0.0+g1234abc", True, True, "which names no release"),  # vLLM's mark of a dev tree
+        ("", True, True, "which names no release"),
     ],
 )
-def test_support_verdict(version, acts, says):
-    act, message = vllm_compat.support_verdict(version)
-    assert act is acts
-    assert (says in message) if says else message == ""
+def test_support_verdict(reported, acts, checks, says):
+    verdict = vllm_compat.support_verdict(reported)
+    assert (verdict.act, verdict.check_contract) == (acts, checks)
+    assert (says in verdict.message) if says else verdict.message == ""
+    if checks:
+        assert CONTRACT in verdict.message and "vllm-kimi-eagle inspect" in verdict.message
+    assert verdict.message.count("\n") == 0
 
 
-def test_an_unchecked_release_is_acted_on_only_when_asked():
-    act, message = vllm_compat.support_verdict(Version("0.20.0"), unchecked_allowed=True)
-    assert act and "acts anyway" in message and "0.26.0-0.33.0" in message
-    assert not vllm_compat.support_verdict(Version("0.10.2"), unchecked_allowed=True)[0]
+def test_a_pre_release_of_a_checked_minor_is_one_info_line_the_rest_warnings():
+    assert vllm_compat.support_verdict("0.33.0rc1").level == logging.INFO
+    for reported in ("0.34.0rc1", "dev", "0.25.1", "0.10.2"):
+        assert vllm_compat.support_verdict(reported).level == logging.WARNING, reported
+
+
+@pytest.mark.parametrize("minor", [str(m) for m in vllm_compat.CHECKED_MINORS])
+@pytest.mark.parametrize("suffix", [".0", ".1", ".9", ".0.post1", ".0+cpu", ".1+cu130",
+                                    ".0rc1", ".1rc2", ".0.dev100+g1234abc", ".2.dev5"])
+def test_every_release_of_a_checked_minor_is_judged_as_that_minor(minor, suffix):
+    verdict = vllm_compat.support_verdict(minor + suffix)
+    assert verdict.act and not verdict.check_contract
+    assert verdict.message == "" or f"pre-release of {minor}, judged as {minor}" in verdict.message
+
+
+def test_checked_minors_are_those_of_checked_releases():
+    assert [str(m) for m in vllm_compat.CHECKED_MINORS] == [
+        "0.26", "0.27", "0.28", "0.29", "0.30", "0.31", "0.32", "0.33"]
     assert all(vllm_compat.checked(first) for first, _, _ in vllm_compat.CHECKED_RELEASES)
+    assert vllm_compat.checked(Version("0.32.1")) == vllm_compat.checked(Version("0.32.0"))
     assert vllm_compat.checked(Version("0.25.1")) is None
+    assert vllm_compat.checked(Version("0.34.0")) is None
+
+
+def test_an_older_unchecked_minor_is_acted_on_only_when_asked_and_then_as_a_newer_one():
+    verdict = vllm_compat.support_verdict("0.20.0", unchecked_allowed=True)
+    assert verdict.act and verdict.check_contract
+    assert "VLLM_KIMI_EAGLE_UNCHECKED_RELEASE lets it act" in verdict.message
+    assert "0.26-0.33" in verdict.message and CONTRACT in verdict.message
+    assert not vllm_compat.support_verdict("0.17.0", unchecked_allowed=True).act
+    assert not vllm_compat.support_verdict(None, unchecked_allowed=True).act
+    # Newer minors and checked ones do not depend on the switch.
+    for reported in ("0.34.0", "dev", "0.32.1", "0.33.0rc1"):
+        assert (vllm_compat.support_verdict(reported, unchecked_allowed=True)
+                == vllm_compat.support_verdict(reported)), reported
+
+
+@pytest.mark.parametrize(
+    "text, release, base",
+    [
+        ("0.33.0", "0.33.0", "0.33.0"),
+        ("0.32.0+cpu", "0.32.0+cpu", "0.32.0"),
+        ("0.33.1.dev5+g1234abc", "0.33.1.dev5+g1234abc", "0.33.1"),
+        ("0.34.0rc1", "0.34.0rc1", "0.34.0"),
+        (" 0.32.0\n", "0.32.0", "0.32.0"),
+        ("dev", None, None),
+        ("0.0.0", None, None),
+        ("0.0.1.dev3+gabc", None, None),
+        ("", None, None),
+        (None, None, None),
+    ],
+)
+def test_version_strings_are_read_without_raising(text, release, base):
+    assert vllm_compat.read_version(text) == (release and Version(release))
+    assert vllm_compat.parse_version(text) == (base and Version(base))
+
+
+@pytest.fixture
+def fresh_version_cache():
+    vllm_compat.installed_vllm_version_text.cache_clear()
+    yield
+    vllm_compat.installed_vllm_version_text.cache_clear()
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def test_the_installed_version_is_read_from_the_dist_metadata(fresh_version_cache):
+    found = [v for v in map(_dist_version, vllm_compat.VLLM_DISTS) if v is not None]
+    assert found, f"none of {vllm_compat.VLLM_DISTS} is installed"
+    assert vllm_compat.installed_vllm_version_text() == found[0]
+    assert vllm_compat.installed_vllm_version() == vllm_compat.parse_version(found[0])
+
+
+@pytest.mark.parametrize("reported", ["dev", "0.32.0+cpu"])
+def test_a_source_tree_without_metadata_is_read_from_vllm_version(
+        monkeypatch, fresh_version_cache, reported):
+    """A source checkout has no dist metadata; vLLM's version.py says "dev" where it cannot
+    read its own version. Simulated: the metadata lookup finds no dist."""
+    import vllm
+
+    def no_dist(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", no_dist)
+    monkeypatch.setattr(vllm, "__version__", reported)
+    assert vllm_compat.installed_vllm_version_text() == reported
+    assert vllm_compat.installed_vllm_version() == vllm_compat.parse_version(reported)
+    verdict = vllm_compat.support_verdict(vllm_compat.installed_vllm_version_text())
+    assert verdict.act and verdict.check_contract is (reported == "dev")
