@@ -30,6 +30,22 @@ def _header_dtype(folder):
     open(path, "wb").write(bytes(data))
 
 
+def _corrupt_index(folder):
+    """A model.safetensors.index.json cut short beside the draft's model.safetensors."""
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        f.write('{"weight_map": {"fc.weight": "model.safet')
+
+
+NVFP4 = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+         "config_groups": {"group_0": {
+             "targets": ["Linear"],
+             "weights": {"type": "float", "num_bits": 4, "strategy": "tensor_group",
+                         "group_size": 16, "symmetric": True, "dynamic": False},
+             "input_activations": {"type": "float", "num_bits": 4, "strategy": "tensor_group",
+                                   "group_size": 16, "symmetric": True, "dynamic": "local"}}},
+         "ignore": ["lm_head"]}
+
+
 def _cut_in_half(folder):
     path = os.path.join(folder, "model.safetensors")
     data = open(path, "rb").read()
@@ -60,6 +76,22 @@ CASES = {
         ["says 'input-of'", "Model-Optimizer", "VLLM_KIMI_EAGLE_LAYER_IDS=input-of"]),
     "dtype F99": ("draft", _header_dtype, ["dtype 'F99'", "model.safetensors"]),
     "file cut in half": ("draft", _cut_in_half, ["model.safetensors", "end past the file"]),
+    "index cut short": ("draft", _corrupt_index,
+                        ["model.safetensors.index.json", "not valid JSON"]),
+    "two rope blocks": ("draft", lambda c: c.update(
+        rope_parameters={"rope_type": "default", "rope_theta": 20000.0}),
+        ["rope_scaling gives yarn", "rope_parameters gives default", "serves rope_scaling"]),
+    "linear rope": ("draft", lambda c: c.update(rope_scaling={"type": "linear", "factor": 4.0}),
+                    ["field 'rope_scaling.type' is 'linear'", "DeepSeek YaRN"]),
+    "fc_norm against use_aux_norm": ("draft", lambda c: c.update(fc_norm=False, use_aux_norm=True),
+                                     ["fc_norm is false and use_aux_norm is true"]),
+    "draft vocabulary too large": ("draft", lambda c: c.update(
+        draft_vocab_size=c["vocab_size"] + 1), ["draft_vocab_size is", "a draft vocabulary"]),
+    "two states for three ids": ("draft", lambda c: c.update(num_aux_hidden_states=2),
+                                 ["num_aux_hidden_states is 2", "lists 3 layer(s)"]),
+    "nvfp4": ("draft", lambda c: c.update(quantization_config=NVFP4),
+              ["quantization_config is compressed-tensors", "dynamic 'local'",
+               "VLLM_KIMI_EAGLE_DRAFT=upstream"]),
     "config.json truncated": ("draft", "truncate", ["config.json", "not valid JSON"]),
 }
 
@@ -75,7 +107,7 @@ def drafts(tiny, tmp_path_factory):
         text = open(path).read()
         if edit == "truncate":
             text = text[: len(text) // 2]
-        elif edit in (_header_dtype, _cut_in_half):
+        elif edit in (_header_dtype, _cut_in_half, _corrupt_index):
             edit(folder)
         else:
             config = json.loads(text)
@@ -122,12 +154,29 @@ def test_inspect_and_start_up_give_the_same_cause(tiny, drafts, startup, name):
         assert noise not in startup[name].split("(vLLM's own error")[0], (name, noise)
 
 
+# What the plugin's class refuses but vLLM alone would serve: with VLLM_KIMI_EAGLE_DRAFT=
+# upstream nothing of the plugin refuses them (vLLM's in-tree class is theirs to judge).
+VLLMS_TO_JUDGE = ("nvfp4", "two rope blocks", "linear rope", "fc_norm against use_aux_norm")
+
+
+def test_what_vllm_alone_would_serve_is_left_to_vllm_with_the_switch(tiny, drafts):
+    upstream = run_python(STARTUP.format(
+        drafts=json.dumps({name: drafts[name] for name in VLLMS_TO_JUDGE}),
+        target=os.path.join(tiny, "target")), env={"VLLM_KIMI_EAGLE_DRAFT": "upstream"})
+    for name in VLLMS_TO_JUDGE:
+        assert not upstream[name].startswith(("DraftRefusedError", "PluginHookError")), \
+            (name, upstream[name][:400])
+    # The plugin did act on each draft (its layer ids), so its hook ran and let it pass.
+    assert upstream["_log"].count("vllm-kimi-eagle: draft ids") == len(VLLMS_TO_JUDGE), \
+        upstream["_log"][-3000:]
+
+
 FAULT = """
 import json
-import vllm_kimi_eagle.speculative_hook as hook
+import vllm_kimi_eagle.draft_plan as plan
 def broken(*args, **kwargs):
     raise KeyError("a field vLLM renamed")
-hook.draft_report = broken
+plan.draft_report = broken
 from vllm.engine.arg_utils import EngineArgs
 try:
     EngineArgs(model={target!r}, max_model_len=256, speculative_config={{
