@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from vllm_kimi_eagle.architectures import DRAFT_ARCHITECTURES, TOOL_DRAFT_ARCHITECTURES
 from vllm_kimi_eagle.draft_config import DraftConfig, DraftConfigError, as_record
 from vllm_kimi_eagle.quantization import (
     Quantization,
@@ -93,9 +94,8 @@ MLA_ROPE_TYPES = ("default", "yarn", "deepseek_yarn")
 LLAMA_TYPES = ("llama",)
 # Architectures a draft's config.json may name: vLLM serves each as an EAGLE3 draft
 # (it renames X to Eagle3X unless the name starts or ends with Eagle3).
-MLA_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM",
-                     "DeepseekV3ForCausalLMEagle3", "DeepseekV2ForCausalLM",
-                     "DeepseekV3ForCausalLM")
+MLA_ARCHITECTURES = DRAFT_ARCHITECTURES + TOOL_DRAFT_ARCHITECTURES + tuple(
+    name.removeprefix("Eagle3") for name in DRAFT_ARCHITECTURES)
 LLAMA_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "LlamaForCausalLM")
 
 

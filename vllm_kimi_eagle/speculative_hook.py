@@ -9,13 +9,14 @@ vLLM has read and wrapped the draft's config, before an engine starts or a weigh
 2. for EAGLE3 drafts the plugin acts on (Kimi and DeepSeek targets, the plugin's MLA
    drafts, a draft that states its layer-id convention), the draft's config.json is read
    and validated once (``draft_config.py``), with its safetensors headers for the MLA
-   drafts only, into the report ``inspect`` prints (``draft_report.py``): the spec, the
-   layer ids (``layer_ids.py``), NoPE or RoPE (``draft_positions.py``), the rope base;
+   drafts only, into the report ``inspect`` prints (``draft_plan.py``, ``draft_report.py``):
+   the spec, the layer ids (``layer_ids.py``), NoPE or RoPE (``draft_positions.py``), the
+   rope;
 3. the capture ids are written to the draft config's top-level
    ``eagle_aux_hidden_state_layer_ids``, the one place every vLLM runner reads, and the
    decisions the draft class needs travel with the draft's config (``served_draft.py``);
 4. a k schedule (``num_speculative_tokens_per_batch_size``) that vLLM would refuse only
-   after loading the weights is refused;
+   after loading the weights is refused (``draft_checks.py``, as the checks below);
 5. with the plugin's draft class, the checkpoint is checked against its config (the class
    checks again while loading), a quantized draft this platform would not serve right is
    refused (``quantization.py``), and vLLM's proposer is told to use the class's greedy
@@ -30,45 +31,39 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import json
 import logging
-from dataclasses import dataclass
 
 from vllm_kimi_eagle import (
     checkpoint,
     cpu_mla_verify,
     cpu_sampler,
-    quantization,
     settings,
     shortcut_policy,
     vllm_compat,
 )
-from vllm_kimi_eagle.architectures import DRAFT_ENV, PLUGIN_DRAFT_ARCHITECTURES
+from vllm_kimi_eagle.architectures import DRAFT_ENV
+from vllm_kimi_eagle.draft_checks import (
+    QuantizedDraftError,
+    ScheduleError,
+    check_checkpoint,
+    check_quantization,
+    check_release,
+    check_schedule,
+)
 from vllm_kimi_eagle.draft_config import DraftConfigError, parse_draft_config
+from vllm_kimi_eagle.draft_plan import DraftAtHand, Plan, draft_at_hand, plan_for
 from vllm_kimi_eagle.draft_positions import NOPE_KEY
-from vllm_kimi_eagle.draft_report import DraftReport, draft_report
-from vllm_kimi_eagle.draft_source import DraftHeaders, draft_config_json, draft_headers
+from vllm_kimi_eagle.draft_report import DraftReport
+from vllm_kimi_eagle.draft_source import draft_config_json
 from vllm_kimi_eagle.layer_ids import LayerIdError
 from vllm_kimi_eagle.patching import wrap_method
-from vllm_kimi_eagle.served_draft import CHANNEL
 from vllm_kimi_eagle.shortcut_policy import FLAG
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
-# Target model types whose drafts get the layer-id handling without being asked.
-# Kimi-K3 (kimi_k3, vLLM 0.27 on) captures in vLLM's convention too: id N is the running
-# state once layer N-1 has completed (models/kimi_k3/nvidia/model.py: inline in forward in
-# 0.27, _capture_aux_hidden_stream from 0.28).
-KIMI_DEEPSEEK_TARGETS = frozenset(
-    {"kimi_k2", "kimi_k25", "kimi_k3", "deepseek_v2", "deepseek_v3", "deepseek_v32"}
-)
 # Names of the fields the user passed to the SpeculativeConfig being built (None: unknown).
 _USER_GIVEN: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar(
     "vllm_kimi_eagle_user_given", default=None
 )
-
-
-class ScheduleError(ValueError):
-    """A k schedule vLLM would refuse once its scheduler starts."""
 
 
 class DraftRefusedError(Exception):
@@ -81,95 +76,11 @@ class PluginHookError(RuntimeError):
     """Something failed inside the plugin's hook that says nothing about the draft."""
 
 
-_HEADERS: dict[tuple[str, str | None], DraftHeaders] = {}
-
-
-def _cached_headers(model: str, revision: str | None) -> DraftHeaders:
-    """The draft's headers, read once per process and draft; a read that found none (the
-    hub unreachable, say) is not kept, so the next speculative config tries again."""
-    key = (model, revision)
-    if key not in _HEADERS:
-        headers = draft_headers(model, revision)
-        if headers.tensors is None:
-            return headers
-        _HEADERS[key] = headers
-    return _HEADERS[key]
-
-
-@dataclass(frozen=True)
-class DraftAtHand:
-    """What the hook reads off vLLM's speculative config, once, as plain values."""
-
-    model: str
-    revision: str | None
-    mla: bool  # one of the MLA EAGLE3 architectures the plugin knows
-    ours: bool  # served by the plugin's class
-    kimi_target: bool  # a Kimi or DeepSeek target: layer ids handled unasked
-    target_layers: int
-    target_hidden: int
-    target_vocab: int
-    dtype: str
-    max_positions: int | None  # vLLM's max_position_embeddings for the draft
-    hf_config: object  # vLLM's draft config object, which the hook writes to
-    decided: bool  # the hook has run for this draft config already
-
-
-def draft_at_hand(spec_config, ours: bool) -> DraftAtHand:
-    draft, target = spec_config.draft_model_config, spec_config.target_model_config
-    mla = bool(PLUGIN_DRAFT_ARCHITECTURES & set(draft.architectures or ()))
-    return DraftAtHand(
-        draft.model, getattr(draft, "revision", None), mla, ours and mla,
-        getattr(target.hf_config, "model_type", None) in KIMI_DEEPSEEK_TARGETS,
-        vllm_compat.total_layers(target), target.get_hidden_size(), target.get_vocab_size(),
-        str(draft.dtype).removeprefix("torch."),
-        getattr(draft.hf_config, "max_position_embeddings", None), draft.hf_config,
-        getattr(draft.hf_config, CHANNEL, None) is not None)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What the hook does for one draft: its report, or why it leaves the draft alone."""
-
-    report: DraftReport | None  # None: the plugin does not act on this draft
-    headers: DraftHeaders | None
-    raw: dict | None  # config.json as read
-    acts_on_ids: bool = False
-    why_not: str = ""
-
-
-def plan_for(draft: DraftAtHand) -> Plan:
-    """Read the draft's config.json once (folder, Hugging Face cache, or as vLLM read it)
-    and, for the MLA drafts the plugin knows, its safetensors headers; report. Drafts the
-    plugin does not act on (another target's, served by vLLM's class, stating no
-    convention) are vLLM's to judge, a malformed config.json included."""
-    found = draft_config_json(draft.model, draft.revision)
-    if found is None:
-        inner = getattr(draft.hf_config, "model", None) or draft.hf_config
-        found = inner.to_dict(), f"{draft.model} config.json (as vLLM read it)"
-    raw, source = found
-    try:
-        config = parse_draft_config(raw, source)
-    except DraftConfigError as err:
-        if draft.kimi_target or draft.ours:
-            raise
-        return Plan(None, None, None, why_not=str(err))
-    # Headers only for the MLA drafts the plugin knows: nothing is read, locally or from
-    # the hub, for any other draft.
-    headers = DraftHeaders(None, "not read: not an MLA EAGLE3 draft")
-    if draft.mla:
-        headers = _cached_headers(draft.model, draft.revision)
-    report = draft_report(
-        config, headers.tensors, target_layers=draft.target_layers,
-        target_hidden=draft.target_hidden, target_vocab=draft.target_vocab,
-        can_capture_after_last=vllm_compat.can_capture_after_last_layer())
-    acts_on_ids = draft.kimi_target or report.states_convention
-    if not (draft.ours or acts_on_ids):
-        return Plan(None, None, None, why_not="not a Kimi or DeepSeek target's draft")
-    return Plan(report, headers, raw, acts_on_ids)
-
-
 def announce(draft: DraftAtHand, report: DraftReport) -> None:
     """The report's lines on the draft's positions and layer ids, where they matter."""
+    rope = report.config.rope
+    if rope.original_max_filled:
+        logger.info("vllm-kimi-eagle: the draft's rope is served as %s.", rope.words())
     positions = report.positions
     if not draft.ours and positions.written:
         logger.warning("vllm-kimi-eagle: the draft config sets %s, which vLLM's in-tree "
@@ -190,72 +101,6 @@ def apply_layer_ids(draft: DraftAtHand, report: DraftReport) -> None:
     log("vllm-kimi-eagle: %s", report.layer_ids_line)
 
 
-def check_release(report: DraftReport) -> None:
-    """Refuse a draft this vLLM release would serve with part of it silently missing."""
-    version = vllm_compat.installed_vllm_version()
-    spec = report.spec
-    gated = spec is not None and spec.output_gate
-    if gated and version is not None and version < vllm_compat.OUTPUT_GATE_FROM:
-        raise DraftConfigError(
-            f"{report.config.source}: mla_use_output_gate is true, but vLLM {version}'s MLA "
-            "attention never applies an output gate (from "
-            f"{vllm_compat.OUTPUT_GATE_FROM} it does): the draft would be served without "
-            f"it, at lower acceptance. Serve it on vLLM {vllm_compat.OUTPUT_GATE_FROM} or "
-            "newer.")
-
-
-def check_checkpoint(draft: DraftAtHand, report: DraftReport, headers: DraftHeaders) -> None:
-    """Raise if an MLA EAGLE3 draft would not serve as trained.
-
-    Local folders, hub drafts in the HF cache and (online) hub drafts are checked from
-    their safetensors headers; when no header can be read the check is skipped with a
-    log line, and the draft class still checks every tensor while loading.
-    """
-    if report.config_error is not None:
-        raise report.config_error
-    if headers.tensors is None:
-        logger.info(
-            "vllm-kimi-eagle: pre-serve checkpoint check of %s skipped: %s. Loading the "
-            "weights still checks every tensor strictly.", draft.model, headers.where)
-        return
-    problems = report.tensor_problems
-    if problems:
-        raise checkpoint.CheckpointError(
-            f"the EAGLE3 MLA draft at {draft.model} does not match its config.json "
-            f"({len(problems)} problem(s), read from the {headers.where}); vLLM would serve "
-            "it with lower acceptance or fail later:\n  - " + "\n  - ".join(problems)
-        )
-    logger.info("vllm-kimi-eagle: draft checkpoint %s checked against its config "
-                "(headers from the %s): no problem.", draft.model, headers.where)
-
-
-class QuantizedDraftError(ValueError):
-    """A quantized draft vLLM would not serve right on this platform."""
-
-
-def check_quantization(draft: DraftAtHand, report: DraftReport) -> None:
-    """Refuse, in one line naming the scheme, the platform and what to do, a quantized
-    draft vLLM would fail to load or serve wrong here (``quantization.serving_problem``)."""
-    from vllm.platforms import current_platform
-
-    from vllm_kimi_eagle.cpu_mla_backend import amx_available
-
-    spec = report.spec
-    if spec is None or spec.quantization is None:
-        return
-    on_cpu = bool(current_platform.is_cpu())
-    problem = quantization.serving_problem(
-        spec.quantization, spec.q_lora_rank, on_cpu=on_cpu, amx=on_cpu and amx_available(),
-        dtype=draft.dtype)
-    if problem:
-        platform = "vLLM's CPU build" if on_cpu else f"vLLM on {current_platform.device_name}"
-        raise QuantizedDraftError(f"the quantized draft {draft.model} cannot be served right "
-                                  f"on {platform}: {problem}.")
-    logger.info("vllm-kimi-eagle: draft %s is %s; its scales are checked and loaded by the "
-                "plugin's class.", draft.model,
-                quantization.SCHEMES[spec.quantization.scheme]["words"])
-
-
 def apply_greedy_shortcut(spec_config) -> None:
     """Let vLLM's proposer call our draft's get_top_tokens where nothing forbids it.
 
@@ -270,31 +115,6 @@ def apply_greedy_shortcut(spec_config) -> None:
     if decision.changed:
         setattr(spec_config, FLAG, decision.use)
     logger.info("vllm-kimi-eagle: %s", decision.log_line())
-
-
-SCHEDULE_FIELD = "num_speculative_tokens_per_batch_size"
-
-
-def check_schedule(spec_config) -> None:
-    """Refuse now a k schedule that vLLM would refuse only when its scheduler starts, after
-    the weights have loaded; warn where a k above num_speculative_tokens will be lowered."""
-    schedule = getattr(spec_config, SCHEDULE_FIELD, None)
-    validate = vllm_compat.dynamic_schedule_validator()
-    if not schedule or validate is None:  # vLLM serves an empty schedule as none
-        return
-    try:
-        ranges = validate(schedule)
-    except (ValueError, TypeError) as err:
-        raise ScheduleError(
-            f"speculative config field {SCHEDULE_FIELD}={json.dumps(schedule, default=str)}: "
-            f"{err} Give inclusive "
-            "[start, end, k] batch-size ranges, the first starting at 1, e.g. [[1, 8, 3], "
-            "[9, 1024, 0]]; `vllm-kimi-eagle bench-e2e --schedule` measures one.") from err
-    k = spec_config.num_speculative_tokens
-    above = sorted({each for *_, each in ranges if each > k})
-    if above:
-        logger.warning("vllm-kimi-eagle: %s asks for k=%s above num_speculative_tokens %d; "
-                       "vLLM drafts %d tokens there.", SCHEDULE_FIELD, above, k, k)
 
 
 def announce_cpu_mends() -> None:

@@ -88,7 +88,7 @@ def test_the_check_finds_every_kind_of_import(source):
 @pytest.mark.parametrize("source", [
     "from vllm_kimi_eagle.layer_ids import resolve_layer_ids",
     "from . import vllm_compat",
-    "from .config_access import config_value",
+    "from .settings import value",
     "import vllm_kimi_eagle.toolsmith",
     "DRAFT = 'vllm_kimi_eagle.tools.cli'",  # a string, not an import
 ], ids=["absolute", "relative-subpackage", "relative-module", "similar-name", "a-string"])

@@ -13,7 +13,7 @@ import os
 from collections import Counter
 
 from vllm_kimi_eagle import checkpoint, rope_override, settings, vllm_compat
-from vllm_kimi_eagle.config_access import text_config_value
+from vllm_kimi_eagle.tools.config_access import text_config_value
 from vllm_kimi_eagle.draft_config import DraftConfigError, load_config_json, parse_draft_config
 from vllm_kimi_eagle.draft_positions import NOPE_KEY
 from vllm_kimi_eagle.draft_report import draft_report
@@ -126,6 +126,8 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
     asked = rope_override.requested_rope_theta(environ)
     report["rope_theta"] = {"config": config.config_rope_theta, "served": found.rope_theta,
                             "override": asked is not None}
+    report["rope"] = {"type": config.rope.kind, "read_from": config.rope.block or None,
+                      "served": config.rope.words()}
     if found.spec is not None:
         spec = found.spec
         report["flags"] = {"fc_norm": spec.fc_norm, "norm_output": spec.norm_output,
@@ -191,6 +193,7 @@ def format_report(report: dict) -> str:
                      "weights checks every tensor)")
     if "flags" in report:
         lines.append(f"flags         {report['flags']}")
+    lines.append(f"rope          {report['rope']['served']}")
     rope = report["rope_theta"]
     lines.append(f"rope base     {rope['served']}" + (
         f" (from {rope_override.ROPE_THETA_ENV}; config.json says {rope['config']})"

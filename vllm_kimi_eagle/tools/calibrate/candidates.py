@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vllm_kimi_eagle import layer_ids
-from vllm_kimi_eagle.config_access import text_config_value
+from vllm_kimi_eagle.tools.config_access import text_config_value
 from vllm_kimi_eagle.draft_config import DraftConfig, as_record
 from vllm_kimi_eagle.layer_ids import CONVENTION_ENV, CONVENTION_KEY
 from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV

@@ -10,7 +10,7 @@ import sys
 import time
 
 from vllm_kimi_eagle import checkpoint, vllm_compat
-from vllm_kimi_eagle.config_access import text_config_value
+from vllm_kimi_eagle.tools.config_access import text_config_value
 from vllm_kimi_eagle.draft_config import DraftConfig
 from vllm_kimi_eagle.layer_ids import CONVENTION_ENV, CONVENTION_KEY
 from vllm_kimi_eagle.tools.calibrate import __doc__ as DESCRIPTION

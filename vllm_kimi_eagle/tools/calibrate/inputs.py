@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from vllm_kimi_eagle import checkpoint
-from vllm_kimi_eagle.config_access import text_config_value
+from vllm_kimi_eagle.tools.config_access import text_config_value
 from vllm_kimi_eagle.draft_config import DraftConfig, DraftConfigError, parse_draft_config
 from vllm_kimi_eagle.draft_spec import spec_from_config
 from vllm_kimi_eagle.tools import model_source
