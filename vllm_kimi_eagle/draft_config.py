@@ -10,7 +10,10 @@ the value found and what was expected, one line per field.
 The tool is pydantic (strict mode), as vLLM's own configs and the speculators project's
 EAGLE3 configs use: its per-field errors carry the field's path and the value found,
 which is what our messages need; the checks pydantic cannot express (ids written in two
-places, a convention's spellings) are validators on the same models.
+places, a convention's spellings) are validators on the same models. Each validator and
+each reading of the record calls a plain function of this module, where the decision is
+(and where mutation testing, benchmarks/mutation_scores.py, can reach it); the field
+limits stay declarative and tests/unit/test_draft_config_properties.py pins each one.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ TORCHSPEC_KEY = "_torchspec_version"
 # quantization_config, compressed-tensors' older compression_config, then ModelOpt's own
 # file next to config.json (before ModelOpt 0.31), which load_config_json puts under
 # that file's name.
+# The attribute the speculative hook writes on vLLM's draft config for the draft class
+# (served_draft.py); never a field of a file.
+SERVED_KEY = "vllm_kimi_eagle_served"
 QUANT_FILE = "hf_quant_config.json"
 QUANTIZATION_KEYS = ("quantization_config", "compression_config", QUANT_FILE)
 
@@ -105,16 +111,26 @@ class RopeScaling(_Strict):
 
     @property
     def kind(self) -> str:
-        """The type transformers serves: rope_type, else type, else default."""
-        return self.rope_type or self.type or "default"
+        return _rope_kind(self)
 
     @model_validator(mode="after")
     def _known_type(self):
-        if self.kind not in ROPE_TYPES:
-            raise ValueError(f"rope type {self.kind!r} is not one of {', '.join(ROPE_TYPES)}")
-        if self.kind in FACTOR_ROPE_TYPES and self.factor is None:
-            raise ValueError(f"rope type {self.kind!r} needs a positive 'factor'")
+        _check_rope_type(self)
         return self
+
+
+def _rope_kind(block: RopeScaling) -> str:
+    """The type transformers serves: rope_type, else type, else default."""
+    return block.rope_type or block.type or "default"
+
+
+def _check_rope_type(block: RopeScaling) -> None:
+    """A rope type vLLM builds, with the factor its scaling needs."""
+    kind = _rope_kind(block)
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"rope type {kind!r} is not one of {', '.join(ROPE_TYPES)}")
+    if kind in FACTOR_ROPE_TYPES and block.factor is None:
+        raise ValueError(f"rope type {kind!r} needs a positive 'factor'")
 
 
 @dataclass(frozen=True)
@@ -166,9 +182,8 @@ def _served_from(block_name: str, block: RopeScaling | None, top_theta: float | 
                       filled)
 
 
-def _rope_values(rope: ServedRope, block: RopeScaling | None) -> tuple:
+def _rope_values(rope: ServedRope, block: RopeScaling) -> tuple:
     """What decides the rotation and the softmax scale, for comparing two blocks."""
-    block = block or RopeScaling()
     return (rope.kind, rope.theta, rope.factor, rope.original_max_position_embeddings,
             block.beta_fast, block.beta_slow, block.mscale, block.mscale_all_dim,
             block.attention_factor)
@@ -191,9 +206,14 @@ class EagleConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _markers(cls, raw):
-        if isinstance(raw, Mapping):
-            raw = dict(raw, modelopt_marker=any(k in raw for k in MODELOPT_KEYS))
-        return raw
+        return _eagle_markers(raw)
+
+
+def _eagle_markers(raw):
+    """eagle_config as written, with the Model-Optimizer fingerprint read from its keys."""
+    if isinstance(raw, Mapping):
+        raw = dict(raw, modelopt_marker=any(k in raw for k in MODELOPT_KEYS))
+    return raw
 
 
 class DraftConfig(_Strict):
@@ -251,128 +271,178 @@ class DraftConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _markers(cls, raw):
-        if isinstance(raw, Mapping):
-            quantization_from = next((k for k in QUANTIZATION_KEYS if raw.get(k) is not None),
-                                     QUANTIZATION_KEYS[0])
-            raw = dict(raw, torchspec_marker=raw.get(TORCHSPEC_KEY) is not None,
-                       rope_blocks=tuple(k for k in ROPE_BLOCKS
-                                         if isinstance(raw.get(k), Mapping) and raw[k]),
-                       quantization_config=raw.get(quantization_from),
-                       quantization_from=quantization_from)
-        return raw
+        return _draft_markers(raw)
 
     @model_validator(mode="after")
     def _written_once(self):
-        """A field written at the top level and in eagle_config must say one thing."""
-        nested = self.eagle_config or EagleConfig()
-        if self.ids and nested.ids and sorted(self.ids) != sorted(nested.ids):
-            raise ValueError(
-                f"{TOP_IDS} is {self.ids} and {NESTED_IDS} is {nested.ids}: two different "
-                "id lists (vLLM reads the top-level one, tools may read the other). Keep one "
-                "list, or make both the same")
-        if self.convention and nested.convention and self.convention != nested.convention:
-            raise ValueError(
-                f"{CONVENTION_KEY} is {self.convention!r} and eagle_config.{CONVENTION_KEY} "
-                f"is {nested.convention!r}: two different conventions. Keep one")
+        _check_written_once(self)
         return self
 
     @model_validator(mode="after")
     def _sizes_agree(self):
-        """Sizes that vLLM would otherwise find wrong only at weight load or first step."""
-        if self.draft_vocab_size and self.vocab_size and self.draft_vocab_size > self.vocab_size:
-            raise ValueError(
-                f"draft_vocab_size is {self.draft_vocab_size} and vocab_size is "
-                f"{self.vocab_size}: a draft vocabulary is the target's or a part of it "
-                "(d2t maps each draft id to a target id). Set draft_vocab_size to the "
-                "draft's lm_head rows, at most vocab_size")
-        ids, where = self.written_ids
-        if self.num_aux_hidden_states and ids and self.num_aux_hidden_states != len(ids):
-            raise ValueError(
-                f"num_aux_hidden_states is {self.num_aux_hidden_states} and {where} lists "
-                f"{len(ids)} layer(s) {ids}: vLLM captures one state per id and the draft's "
-                "fc takes num_aux_hidden_states of them. Make them agree (fc.weight's input "
-                "size is num_aux_hidden_states x the target's hidden size)")
+        _check_sizes(self)
         return self
 
-    # ---- readings of the record --------------------------------------------------------
+    # ---- readings of the record (each one a function below) ----------------------------
     @property
     def architecture(self) -> str | None:
-        return self.architectures[0] if self.architectures else None
+        return _architecture(self)
 
     @property
     def nested(self) -> EagleConfig:
-        return self.eagle_config or EagleConfig()
+        return _nested(self)
 
     @property
     def written_ids(self) -> tuple[list[int] | None, str]:
-        """The ids as written and where: top level first (what vLLM reads first), then
-        nested; an empty list counts as absent, as vLLM's runners treat it."""
-        if self.ids:
-            return list(self.ids), TOP_IDS
-        if self.nested.ids:
-            return list(self.nested.ids), NESTED_IDS
-        return None, "none"
+        return _written_ids(self)
 
     @property
     def id_lists(self) -> list[tuple[str, list[int]]]:
-        """Every non-empty id list the config writes: (where, ids as a set in layer order)."""
-        return [(where, sorted(ids)) for where, ids in
-                ((TOP_IDS, self.ids), (NESTED_IDS, self.nested.ids)) if ids]
+        return _id_lists(self)
 
     @property
     def written_convention(self) -> tuple[str | None, str]:
-        """The convention config.json states, and where (None where it states none)."""
-        for value, where in ((self.convention, CONVENTION_KEY),
-                             (self.nested.convention, f"eagle_config.{CONVENTION_KEY}")):
-            if value and value != "auto":
-                return value, f"config.json {where}"
-        return None, ""
+        return _written_convention(self)
 
     @property
     def rope(self) -> ServedRope:
-        """The rope transformers and vLLM serve (``ServedRope``)."""
-        block = self.rope_blocks[0] if self.rope_blocks else ""
-        return _served_from(block, getattr(self, block) if block else None, self.rope_theta,
-                            self.max_position_embeddings)
+        return _served_rope(self)
 
     @property
     def config_rope_theta(self) -> float:
         """The rope base served from config.json (``rope``), before any override."""
-        return self.rope.theta
+        return _served_rope(self).theta
 
     @property
     def rope_disagreements(self) -> list[str]:
-        """Each fact about the rope that config.json gives twice, with two values: the
-        two blocks, ``type`` and ``rope_type``, a block's base and the top-level one."""
-        found, served = [], self.rope
-        if len(self.rope_blocks) == 2:
-            other = _served_from("rope_parameters", self.rope_parameters, self.rope_theta,
-                                 self.max_position_embeddings)
-            if _rope_values(served, self.rope_scaling) != _rope_values(
-                    other, self.rope_parameters):
-                found.append(
-                    f"rope_scaling gives {served.words()} and rope_parameters gives "
-                    f"{other.words()}: two different ropes (transformers, and so vLLM, "
-                    "serves rope_scaling). Keep the one block the draft was trained with")
-        for name in self.rope_blocks:
-            block = getattr(self, name)
-            if block.type and block.rope_type and block.type != block.rope_type:
-                found.append(
-                    f"{name}.type is {block.type!r} and {name}.rope_type is "
-                    f"{block.rope_type!r}: two rope types (transformers serves rope_type). "
-                    "Keep one")
-            if name == served.block and block.rope_theta is not None \
-                    and self.rope_theta is not None and block.rope_theta != self.rope_theta:
-                found.append(
-                    f"rope_theta is {self.rope_theta:g} and {name}.rope_theta is "
-                    f"{block.rope_theta:g}: two rope bases (transformers serves "
-                    f"{block.rope_theta:g}). Keep one, or set both to the base the draft "
-                    "was trained with")
-        return found
+        return _rope_disagreements(self)
 
     @property
     def specforge_marker(self) -> bool:
-        return "DeepseekV3ForCausalLMEagle3" in (self.architectures or ())
+        return _specforge_marker(self)
+
+
+# ---- the record's checks and readings, as plain functions (the validators and properties
+# above only call them)
+def _draft_markers(raw):
+    """config.json as written, with what the record sets from its raw keys: the TorchSpec
+    fingerprint, the rope blocks written, and the quantization config vLLM would read."""
+    if isinstance(raw, Mapping):
+        quantization_from = next((k for k in QUANTIZATION_KEYS if raw.get(k) is not None),
+                                 QUANTIZATION_KEYS[0])
+        raw = dict(raw, torchspec_marker=raw.get(TORCHSPEC_KEY) is not None,
+                   rope_blocks=tuple(k for k in ROPE_BLOCKS
+                                     if isinstance(raw.get(k), Mapping) and raw[k]),
+                   quantization_config=raw.get(quantization_from),
+                   quantization_from=quantization_from)
+    return raw
+
+
+def _check_written_once(config: DraftConfig) -> None:
+    """A field written at the top level and in eagle_config must say one thing."""
+    nested = _nested(config)
+    if config.ids and nested.ids and sorted(config.ids) != sorted(nested.ids):
+        raise ValueError(
+            f"{TOP_IDS} is {config.ids} and {NESTED_IDS} is {nested.ids}: two different "
+            "id lists (vLLM reads the top-level one, tools may read the other). Keep one "
+            "list, or make both the same")
+    if config.convention and nested.convention and config.convention != nested.convention:
+        raise ValueError(
+            f"{CONVENTION_KEY} is {config.convention!r} and eagle_config.{CONVENTION_KEY} "
+            f"is {nested.convention!r}: two different conventions. Keep one")
+
+
+def _check_sizes(config: DraftConfig) -> None:
+    """Sizes that vLLM would otherwise find wrong only at weight load or first step."""
+    if config.draft_vocab_size and config.vocab_size \
+            and config.draft_vocab_size > config.vocab_size:
+        raise ValueError(
+            f"draft_vocab_size is {config.draft_vocab_size} and vocab_size is "
+            f"{config.vocab_size}: a draft vocabulary is the target's or a part of it "
+            "(d2t maps each draft id to a target id). Set draft_vocab_size to the "
+            "draft's lm_head rows, at most vocab_size")
+    ids, where = _written_ids(config)
+    if config.num_aux_hidden_states and ids and config.num_aux_hidden_states != len(ids):
+        raise ValueError(
+            f"num_aux_hidden_states is {config.num_aux_hidden_states} and {where} lists "
+            f"{len(ids)} layer(s) {ids}: vLLM captures one state per id and the draft's "
+            "fc takes num_aux_hidden_states of them. Make them agree (fc.weight's input "
+            "size is num_aux_hidden_states x the target's hidden size)")
+
+
+def _architecture(config: DraftConfig) -> str | None:
+    return config.architectures[0] if config.architectures else None
+
+
+def _nested(config: DraftConfig) -> EagleConfig:
+    return config.eagle_config or EagleConfig()
+
+
+def _written_ids(config: DraftConfig) -> tuple[list[int] | None, str]:
+    """The ids as written and where: top level first (what vLLM reads first), then
+    nested; an empty list counts as absent, as vLLM's runners treat it."""
+    if config.ids:
+        return list(config.ids), TOP_IDS
+    nested = _nested(config)
+    if nested.ids:
+        return list(nested.ids), NESTED_IDS
+    return None, "none"
+
+
+def _id_lists(config: DraftConfig) -> list[tuple[str, list[int]]]:
+    """Every non-empty id list the config writes: (where, ids as a set in layer order)."""
+    return [(where, sorted(ids)) for where, ids in
+            ((TOP_IDS, config.ids), (NESTED_IDS, _nested(config).ids)) if ids]
+
+
+def _written_convention(config: DraftConfig) -> tuple[str | None, str]:
+    """The convention config.json states, and where (None where it states none)."""
+    for value, where in ((config.convention, CONVENTION_KEY),
+                         (_nested(config).convention, f"eagle_config.{CONVENTION_KEY}")):
+        if value and value != "auto":
+            return value, f"config.json {where}"
+    return None, ""
+
+
+def _served_rope(config: DraftConfig) -> ServedRope:
+    """The rope transformers and vLLM serve (``ServedRope``)."""
+    block = config.rope_blocks[0] if config.rope_blocks else ""
+    return _served_from(block, getattr(config, block) if block else None, config.rope_theta,
+                        config.max_position_embeddings)
+
+
+def _rope_disagreements(config: DraftConfig) -> list[str]:
+    """Each fact about the rope that config.json gives twice, with two values: the
+    two blocks, ``type`` and ``rope_type``, a block's base and the top-level one."""
+    found, served = [], _served_rope(config)
+    if len(config.rope_blocks) == 2:
+        other = _served_from("rope_parameters", config.rope_parameters, config.rope_theta,
+                             config.max_position_embeddings)
+        if _rope_values(served, config.rope_scaling) != _rope_values(
+                other, config.rope_parameters):
+            found.append(
+                f"rope_scaling gives {served.words()} and rope_parameters gives "
+                f"{other.words()}: two different ropes (transformers, and so vLLM, "
+                "serves rope_scaling). Keep the one block the draft was trained with")
+    for name in config.rope_blocks:
+        block = getattr(config, name)
+        if block.type and block.rope_type and block.type != block.rope_type:
+            found.append(
+                f"{name}.type is {block.type!r} and {name}.rope_type is "
+                f"{block.rope_type!r}: two rope types (transformers serves rope_type). "
+                "Keep one")
+        if name == served.block and block.rope_theta is not None \
+                and config.rope_theta is not None and block.rope_theta != config.rope_theta:
+            found.append(
+                f"rope_theta is {config.rope_theta:g} and {name}.rope_theta is "
+                f"{block.rope_theta:g}: two rope bases (transformers serves "
+                f"{block.rope_theta:g}). Keep one, or set both to the base the draft "
+                "was trained with")
+    return found
+
+
+def _specforge_marker(config: DraftConfig) -> bool:
+    return "DeepseekV3ForCausalLMEagle3" in (config.architectures or ())
 
 
 # ---- parsing --------------------------------------------------------------------------------
@@ -388,9 +458,11 @@ EXPECTED = {
 }
 
 
-def _field(loc: tuple) -> str:
+def _field(loc: tuple, written: Mapping[str, str]) -> str:
+    """A field's path as config.json writes it (``written``: the keys a record field was
+    read from, where they differ from its name)."""
     path = ""
-    for part in loc:
+    for part in (written.get(loc[0], loc[0]), *loc[1:]) if loc else ():
         path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
     return path
 
@@ -401,9 +473,9 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _words(error: dict) -> str:
+def _words(error: dict, written: Mapping[str, str]) -> str:
     """One pydantic error as: field F is VALUE; expected E."""
-    field = _field(error["loc"])
+    field = _field(error["loc"], written)
     if error["type"] == "value_error":
         why = error["msg"].removeprefix("Value error, ")
         return f"field {field!r} is {_shown(error['input'])}: {why}" if field else why
@@ -422,10 +494,17 @@ def parse_draft_config(raw: Any, source: str = "config.json") -> DraftConfig:
         raise DraftConfigError(
             f"{source}: holds {type(raw).__name__} {_shown(raw)}, not a JSON object of "
             "config fields; download or export the draft's config.json again.")
+    if SERVED_KEY in raw:
+        raise DraftConfigError(
+            f"{source}: field {SERVED_KEY!r} is there, but only the plugin writes it, in "
+            "memory, for its draft class; read from a file it would stand in for the "
+            "plugin's decisions (capture ids, positions, rope). Remove it from config.json.")
     try:
         return DraftConfig.model_validate({**raw, "source": source})
     except ValidationError as err:
-        lines = [_words(e) for e in err.errors(include_url=False)]
+        # quantization_config is named by the key it was read from (QUANTIZATION_KEYS).
+        written = {"quantization_config": _draft_markers(raw)["quantization_from"]}
+        lines = [_words(e, written) for e in err.errors(include_url=False)]
         raise DraftConfigError(
             f"{source}: " + "; ".join(lines) + ". Fix the field in config.json, or export "
             "the draft again.") from None

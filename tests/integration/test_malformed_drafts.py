@@ -76,6 +76,9 @@ CASES = {
         ["says 'input-of'", "Model-Optimizer", "VLLM_KIMI_EAGLE_LAYER_IDS=input-of"]),
     "dtype F99": ("draft", _header_dtype, ["dtype 'F99'", "model.safetensors"]),
     "file cut in half": ("draft", _cut_in_half, ["model.safetensors", "end past the file"]),
+    "the plugin's own field": ("draft", lambda c: c.update(vllm_kimi_eagle_served={
+        "raw": {}, "source": "x", "capture_ids": [1, 2, 3], "nope": False, "rope_theta": None}),
+        ["field 'vllm_kimi_eagle_served' is there", "only the plugin writes it"]),
     "index cut short": ("draft", _corrupt_index,
                         ["model.safetensors.index.json", "not valid JSON"]),
     "two rope blocks": ("draft", lambda c: c.update(

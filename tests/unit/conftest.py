@@ -9,7 +9,8 @@ from hypothesis import settings
 
 from vllm_kimi_eagle import patching
 
-# Generated cases per property test: 300 in the suite; 20 under the mutation run
+# Generated cases per property test (per field where a test is parametrized over the draft
+# record's fields): 300 in the suite; 20 under the mutation run
 # (HYPOTHESIS_PROFILE=mutation, set by benchmarks/mutation_scores.py), where each of
 # a thousand mutants reruns the tests that reach it.
 settings.register_profile("suite", max_examples=300)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 
 import pytest
 import torch
@@ -94,8 +95,10 @@ def test_two_names_of_one_tensor_are_a_problem():
     both = table(**{"midlayer.input_layernorm.weight": TensorInfo(FILE, (256,), "F32")})
     problems = checkpoint.check_checkpoint(SPEC, both)
     assert len(problems) == 1 and "duplicates" in problems[0]
-    assert "'midlayer.input_layernorm.weight'" in problems[0]
-    assert "'layers.0.input_layernorm.weight'" in problems[0]
+    assert problems[0] == (
+        f"{FILE}: tensor 'midlayer.input_layernorm.weight' duplicates "
+        "'layers.0.input_layernorm.weight' (both map to 'layers.0.input_layernorm.weight'); "
+        "keep one layer prefix, `midlayer.` or `layers.0.`.")
 
 
 def test_a_quantized_linear_left_in_float_is_named():
@@ -153,8 +156,10 @@ def test_a_sharded_checkpoint_is_read_through_its_index(tmp_path):
     assert found["fc.weight"] == TensorInfo(os.path.join(folder, "a.safetensors"), (2, 6), "F32")
     assert found["norm.weight"].dtype == "BF16"
     os.unlink(os.path.join(folder, "b.safetensors"))
-    with pytest.raises(checkpoint.CheckpointError, match="lists shard b.safetensors"):
+    with pytest.raises(checkpoint.CheckpointError) as err:
         checkpoint.read_checkpoint(folder)
+    assert str(err.value).startswith(
+        f"{os.path.join(folder, checkpoint.INDEX_FILE)}: lists shard b.safetensors, ")
 
 
 @pytest.mark.parametrize("text, words", [
@@ -182,8 +187,8 @@ def test_a_folder_without_weights_and_unlisted_files(tmp_path):
         checkpoint.read_checkpoint(str(tmp_path))
     _save(str(tmp_path), "z.safetensors", {"b": torch.zeros(1)})
     _save(str(tmp_path), "a.safetensors", {"a": torch.zeros(1)})
-    assert [os.path.basename(p) for p in checkpoint.checkpoint_files(str(tmp_path))] == \
-        ["a.safetensors", "z.safetensors"]
+    assert checkpoint.checkpoint_files(str(tmp_path)) == \
+        [str(tmp_path / "a.safetensors"), str(tmp_path / "z.safetensors")]
 
 
 @pytest.mark.parametrize("entry, words", [
@@ -224,3 +229,139 @@ def test_an_unreadable_header_is_one_error_naming_the_file(tmp_path, content):
     with pytest.raises(checkpoint.CheckpointError) as err:
         checkpoint.read_safetensors_header(str(path))
     assert str(err.value).startswith(str(path)) and "download or export it again" in str(err.value)
+
+
+# ---- each check at its edge: exactly at, one past --------------------------------------
+@pytest.mark.parametrize("entry, words", [
+    ({"dtype": "F32", "shape": [0], "data_offsets": [8, 8]}, None),  # empty, at the end
+    ({"dtype": "F32", "shape": [0, 3], "data_offsets": [0, 0]}, None),
+    ({"dtype": "F32", "shape": [-1], "data_offsets": [0, 0]}, "non-negative integers"),
+    ({"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}, None),  # ends at the data's end
+    ({"dtype": "F32", "shape": [1], "data_offsets": [5, 9]}, "end past the file's data"),
+    ({"dtype": "F32", "shape": [1], "data_offsets": [-1, 3]}, "not ordered"),
+    ({"dtype": "F32", "shape": [1], "data_offsets": [5, 4]}, "not ordered"),
+    ({"dtype": "F32", "shape": [1], "data_offsets": [0, 3]}, "hold 3 bytes"),
+    ({"dtype": "F32", "shape": [1], "data_offsets": [0, 5]}, "hold 5 bytes"),
+    ({"dtype": "F4", "shape": [4], "data_offsets": [0, 2]}, None),  # 16 bits: 2 bytes
+    ({"dtype": "F6_E2M3", "shape": [1], "data_offsets": [0, 1]}, None),  # 6 bits: 1 byte
+    ({"dtype": "F4", "shape": [5], "data_offsets": [0, 2]}, "takes 3"),  # 20 bits: 3 bytes
+    ({"dtype": "F32", "shape": [2, 1], "data_offsets": [0, 8]}, None),
+    ({"dtype": "F32", "shape": [], "data_offsets": [0, 4]}, None),  # a scalar: one element
+])
+def test_header_entries_at_their_edges(entry, words):
+    problem = checkpoint._entry_problem(entry, data_size=8)
+    if words is None:
+        assert problem is None, problem
+    else:
+        assert words in problem, problem
+
+
+def test_the_byte_count_names_the_shape_and_dtype():
+    problem = checkpoint._entry_problem({"dtype": "BF16", "shape": [3], "data_offsets": [0, 4]},
+                                        data_size=8)
+    assert problem == "data_offsets [0, 4] hold 4 bytes, but shape [3] of BF16 takes 6"
+
+
+def _with_length(tmp_path, length: int, raw: bytes):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(struct.pack("<Q", length) + raw)
+    return str(path)
+
+
+def test_a_header_that_fills_the_file_is_read_and_one_byte_more_is_not(tmp_path):
+    assert checkpoint.read_safetensors_header(_with_length(tmp_path, 2, b"{}")) == {}
+    with pytest.raises(checkpoint.CheckpointError, match="header length is corrupt"):
+        checkpoint.read_safetensors_header(_with_length(tmp_path, 3, b"{}"))
+    # A length prefix of 7 bytes, one short of the 8 safetensors writes.
+    short = tmp_path / "short.safetensors"
+    short.write_bytes(b"\x02\x00\x00\x00\x00\x00\x00")
+    with pytest.raises(checkpoint.CheckpointError, match="header length is corrupt"):
+        checkpoint.read_safetensors_header(str(short))
+
+
+def test_the_data_after_the_header_bounds_the_offsets(tmp_path):
+    header = json.dumps({"w": {"dtype": "F32", "shape": [1],
+                               "data_offsets": [0, 4]}}).encode()
+    whole = _with_length(tmp_path, len(header), header + bytes(4))
+    assert checkpoint.read_safetensors_header(whole)["w"].shape == (1,)
+    cut = _with_length(tmp_path, len(header), header + bytes(3))
+    with pytest.raises(checkpoint.CheckpointError, match=r"\(3 bytes after the header\)"):
+        checkpoint.read_safetensors_header(cut)
+
+
+def test_a_long_weight_map_is_cut_at_80_characters(tmp_path):
+    def refusal(weight_map) -> str:
+        index = tmp_path / checkpoint.INDEX_FILE
+        index.write_text(json.dumps({"weight_map": weight_map}))
+        with pytest.raises(checkpoint.CheckpointError) as err:
+            checkpoint.index_shards(str(index))
+        return str(err.value)
+
+    at = [1] * 25 + [111]  # json.dumps: exactly 80 characters
+    assert len(json.dumps(at)) == 80 and f"is {json.dumps(at)}; expected" in refusal(at)
+    past = [1] * 25 + [1111]  # 81 characters: 77 and "..."
+    assert f"is {json.dumps(past)[:77]}...; expected" in refusal(past)
+
+
+def test_d2t_of_unknown_dtype_is_checked_for_its_shape_only():
+    assert checkpoint.tensor_problem(PRUNED, "d2t", (variants.PRUNED_VOCAB,), None) is None
+    wrong = checkpoint.tensor_problem(PRUNED, "d2t", (variants.PRUNED_VOCAB + 1,), None)
+    assert f"has shape [{variants.PRUNED_VOCAB + 1}]" in wrong
+
+
+def test_an_ignored_tensor_under_two_names_is_no_duplicate():
+    both = table(t2d=TensorInfo(FILE, (3,), "I64"),
+                 **{"model.t2d": TensorInfo(FILE, (3,), "I64")})
+    assert checkpoint.check_checkpoint(SPEC, both) == []
+
+
+def test_a_checkpoint_without_tensors_names_each_missing_one_without_a_folder():
+    problems = checkpoint.check_checkpoint(SPEC, {})
+    assert problems and all(p.startswith("?: tensor ") for p in problems)
+    assert len(problems) == len(set(expected_tensors(SPEC)) - {
+        "embed_tokens.weight", "lm_head.weight", "d2t"})
+
+
+def test_shared_tensors_at_the_targets_sizes_need_no_copy():
+    """Missing embed_tokens and lm_head are shared exactly where the sizes are equal."""
+    shared = set(table(drop=("embed_tokens.weight", "lm_head.weight")))
+    assert checkpoint.missing_tensors(SPEC, shared, target_vocab=SPEC.draft_vocab_size,
+                                      target_hidden=SPEC.hidden_size) == []
+    off = checkpoint.missing_tensors(SPEC, shared, target_vocab=SPEC.draft_vocab_size + 1,
+                                     target_hidden=SPEC.hidden_size + 1)
+    assert [p.split(" is missing")[0] for p in off] == ["tensor 'embed_tokens.weight'",
+                                                         "tensor 'lm_head.weight'"]
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"\x05\x00", "its header length is corrupt"),
+    (b"\x03\x00\x00\x00\x00\x00\x00\x00{x}", "its header JSON is corrupt"),
+    (b"\x02\x00\x00\x00\x00\x00\x00\x00[]", "its header JSON is corrupt"),
+])
+def test_an_unreadable_header_says_which_part_is_corrupt(tmp_path, content, words):
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(content)
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        checkpoint.read_safetensors_header(str(path))
+    assert f"({len(content)} bytes; {words})" in str(err.value), str(err.value)
+
+
+def test_an_entry_that_is_no_object_and_offsets_that_do_not_start_at_0():
+    assert checkpoint._entry_problem("F32", data_size=8) == \
+        "its header entry is str, not an object"
+    assert checkpoint._entry_problem({"dtype": "F32", "shape": [2], "data_offsets": [4, 5]},
+                                     data_size=8) == \
+        "data_offsets [4, 5] hold 1 bytes, but shape [2] of F32 takes 8"
+
+
+def test_dtypes_are_checked_through_the_whole_checkpoint():
+    """check_checkpoint hands each tensor's dtype on: a float d2t is named there too."""
+    tensors = table(PRUNED, d2t=TensorInfo(FILE, (variants.PRUNED_VOCAB,), "F32"))
+    problems = checkpoint.check_checkpoint(PRUNED, tensors)
+    assert len(problems) == 1 and "tensor 'd2t' has dtype F32" in problems[0]
+
+
+def test_a_missing_lm_head_the_target_lends_hides_no_later_missing_tensor():
+    missing = checkpoint.missing_tensors(
+        SPEC, set(table(drop=("lm_head.weight", "layers.0.self_attn.kv_b_proj.weight"))))
+    assert len(missing) == 1 and "'layers.0.self_attn.kv_b_proj.weight'" in missing[0]

@@ -224,3 +224,104 @@ def test_files_are_read_once_with_their_path_in_every_error(tmp_path):
     assert read_draft_config(str(folder / "config.json")).source == record.source
     assert as_record(record) is record
     assert as_record({"hidden_size": 8}, "x.json").source == "x.json"
+
+
+# ---- each check's whole message (what mutation testing found unchecked) ------------------
+END = ". Fix the field in config.json, or export the draft again."
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"eagle_config": {IDS_KEY: [3, 2, 3, 2]}},
+     f"field 'eagle_config.{IDS_KEY}' is [3, 2, 3, 2]: id(s) [2, 3] appear more than once; "
+     "each id names one captured target layer and the draft's fc takes one state per id"),
+    ({IDS_KEY: [1, 2], "eagle_config": {IDS_KEY: [1, 3]}},
+     f"{IDS_KEY} is [1, 2] and {NESTED_IDS} is [1, 3]: two different id lists (vLLM reads "
+     "the top-level one, tools may read the other). Keep one list, or make both the same"),
+    ({CONVENTION_KEY: "auto", "eagle_config": {CONVENTION_KEY: "input-of"}},
+     f"{CONVENTION_KEY} is 'auto' and eagle_config.{CONVENTION_KEY} is 'input-of': two "
+     "different conventions. Keep one"),
+    ({"vocab_size": 8, "draft_vocab_size": 9},
+     "draft_vocab_size is 9 and vocab_size is 8: a draft vocabulary is the target's or a "
+     "part of it (d2t maps each draft id to a target id). Set draft_vocab_size to the "
+     "draft's lm_head rows, at most vocab_size"),
+    ({IDS_KEY: [2, 5], "num_aux_hidden_states": 3},
+     f"num_aux_hidden_states is 3 and {IDS_KEY} lists 2 layer(s) [2, 5]: vLLM captures one "
+     "state per id and the draft's fc takes num_aux_hidden_states of them. Make them agree "
+     "(fc.weight's input size is num_aux_hidden_states x the target's hidden size)"),
+    ({"rope_parameters": {"type": "sideways"}},
+     "field 'rope_parameters' is {\"type\": \"sideways\"}: rope type 'sideways' is not one "
+     "of default, linear, dynamic, ntk, yarn, deepseek_yarn, llama3, longrope"),
+    ({"architectures": ["A", 7]}, "field 'architectures[1]' is 7; expected a string"),
+    ({"hidden_size": 0, "rope_theta": -1},
+     "field 'hidden_size' is 0; expected a value greater than 0; field 'rope_theta' is -1; "
+     "expected a value greater than 0.0"),
+], ids=["repeated", "two-id-lists", "two-conventions", "draft-vocab", "aux-count",
+        "rope-type", "list-item", "two-fields"])
+def test_each_refusal_whole(fields, message):
+    assert refusal(**fields) == f"{SOURCE}: {message}{END}"
+
+
+def test_a_value_no_json_holds_is_shown_as_python_writes_it():
+    with pytest.raises(DraftConfigError) as err:
+        parse_draft_config((1, 2), SOURCE)
+    assert str(err.value) == (f"{SOURCE}: holds tuple (1, 2), not a JSON object of config "
+                              "fields; download or export the draft's config.json again.")
+
+
+def test_a_value_of_80_characters_is_shown_whole_and_one_more_is_cut():
+    at = "a" * 78  # 80 characters with its quotes
+    assert f'is "{at}"; expected' in refusal(hidden_size=at)
+    past = "a" * 79
+    assert f'is "{past[:76]}...; expected' in refusal(hidden_size=past)
+
+
+def test_the_file_is_config_json_where_no_path_is_given():
+    for parse_it in (parse_draft_config, as_record):
+        with pytest.raises(DraftConfigError, match=r"^config\.json: field 'hidden_size'"):
+            parse_it({"hidden_size": 0})
+
+
+def test_without_a_quantization_key_the_record_names_quantization_config():
+    record = parse()
+    assert (record.quantization_config, record.quantization_from) == \
+        (None, "quantization_config")
+
+
+def test_a_folder_is_read_through_its_config_json(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8}))
+    assert load_config_json(str(tmp_path)) == {"hidden_size": 8}
+    missing = tmp_path / "empty"
+    missing.mkdir()
+    with pytest.raises(DraftConfigError) as err:
+        load_config_json(str(missing))
+    assert str(err.value) == (f"{missing / 'config.json'}: not found; a draft folder holds "
+                              "its config.json next to its weights.")
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({}, "default (no rope block written), base 10000 (not written: transformers' default)"),
+    ({"rope_scaling": {"type": "yarn", "factor": 4}, "max_position_embeddings": 4096,
+      "rope_theta": 5e4},
+     "yarn (rope_scaling), factor 4, original_max_position_embeddings 4096 (not written: "
+     "transformers fills it from max_position_embeddings), base 50000 (rope_theta)"),
+])
+def test_the_served_rope_in_words(fields, words):
+    assert parse(**fields).rope.words() == words
+
+
+def test_two_blocks_that_leave_the_same_value_to_transformers_agree():
+    """Both yarn blocks without original_max_position_embeddings get it filled alike."""
+    yarn = {"rope_type": "yarn", "factor": 4.0}
+    record = parse(rope_scaling=yarn, rope_parameters=yarn, max_position_embeddings=4096)
+    assert record.rope_blocks == ("rope_scaling", "rope_parameters")
+    assert record.rope_disagreements == []
+
+
+def test_the_plugins_own_attribute_is_never_read_from_a_file():
+    """The hook's decisions travel on vLLM's config object under this name; a config.json
+    that carries it would stand in for them."""
+    from vllm_kimi_eagle.draft_config import SERVED_KEY
+
+    message = str(pytest.raises(DraftConfigError, parse, **{SERVED_KEY: {}}).value)
+    assert message.startswith(f"{SOURCE}: field {SERVED_KEY!r} is there") \
+        and "Remove it from config.json" in message

@@ -239,3 +239,99 @@ def test_expected_dtype_only_for_quantized_linears():
     assert expected_dtype(fp8, "fc.weight") == "F8_E4M3"
     assert expected_dtype(fp8, "lm_head.weight") is None
     assert expected_dtype(fp8, "layers.0.self_attn.q_proj.weight") is None  # not in this draft
+
+
+# ---- each check at its edge -------------------------------------------------------------
+@pytest.mark.parametrize("fc_norm, use_aux_norm, served", [
+    (True, True, True), (False, False, False), (None, True, True), (False, None, False),
+    (None, None, False), (True, False, None), (False, True, None),
+])
+def test_fc_norm_and_use_aux_norm_must_agree_where_both_are_written(fc_norm, use_aux_norm,
+                                                                    served):
+    from vllm_kimi_eagle.draft_spec import DraftConfigError
+
+    config = _base(fc_norm=fc_norm, use_aux_norm=use_aux_norm)
+    if served is not None:
+        assert spec_from_config(config).fc_norm is served
+        return
+    with pytest.raises(DraftConfigError) as err:
+        spec_from_config(config, source="d/config.json")
+    assert f"fc_norm is {str(fc_norm).lower()} and use_aux_norm is " \
+           f"{str(use_aux_norm).lower()}: two answers" in str(err.value)
+
+
+def test_eagle_config_use_mtp_layernorm_false_is_served():
+    config = _base()
+    config["eagle_config"] = dict(config["eagle_config"], use_mtp_layernorm=False)
+    assert spec_from_config(config).attention == "mla"
+
+
+def test_an_mla_rope_type_written_as_rope_type_is_named_so():
+    from vllm_kimi_eagle.draft_spec import DraftConfigError
+
+    config = _base(rope_scaling=None, rope_parameters={"rope_type": "linear", "factor": 2.0})
+    with pytest.raises(DraftConfigError, match="field 'rope_parameters.rope_type' is 'linear'"):
+        spec_from_config(config)
+
+
+def test_a_llama_draft_serves_any_rope_type_vllm_builds():
+    """vLLM's Llama draft builds each rope type as written: only MLA's are refused."""
+    config = _variant_config(variants.LLAMA_DRAFT)
+    config["rope_parameters"] = {"rope_type": "linear", "factor": 2.0}
+    assert spec_from_config(config).attention == "gqa"
+
+
+def test_a_llama_draft_without_head_dim_or_kv_heads_takes_its_attentions():
+    config = {k: v for k, v in _variant_config(variants.LLAMA_DRAFT).items()
+              if k not in ("head_dim", "num_key_value_heads")}
+    spec = spec_from_config(config)
+    assert (spec.head_dim, spec.num_kv_heads, spec.qk_rope_head_dim, spec.v_head_dim) == \
+        (256 // 4, 4, 64, 64)
+    assert (spec.q_lora_rank, spec.kv_lora_rank, spec.qk_nope_head_dim) == (None, 0, 0)
+
+
+def test_an_output_gate_is_a_linear_layer():
+    from vllm_kimi_eagle.draft_spec import linear_weights
+
+    gate = spec_from_config(_variant_config("draft-k3-gate"))
+    assert "layers.0.self_attn.g_proj.weight" in linear_weights(gate)
+    assert "layers.0.self_attn.g_proj.weight" not in linear_weights(spec_from_config(_base()))
+
+
+def test_only_the_leading_prefixes_are_renamed():
+    from vllm_kimi_eagle.draft_spec import canonical_name
+
+    assert canonical_name("lm_head.model.weight") == "lm_head.model.weight"
+    assert canonical_name("fc.midlayer.weight") == "fc.midlayer.weight"
+
+
+def test_the_eagle_config_norms_are_there_unless_the_config_says_otherwise():
+    config = _base()
+    config["eagle_config"] = {k: v for k, v in config["eagle_config"].items()
+                              if k not in ("use_input_layernorm_in_first_layer",
+                                           "use_last_layernorm")}
+    spec = spec_from_config(config)
+    assert spec.hidden_norm is True and spec.final_norm is True
+
+
+def test_every_tensor_of_the_llama_draft_and_its_shape():
+    from vllm_kimi_eagle.draft_spec import expected_tensors
+
+    spec = spec_from_config(_variant_config(variants.LLAMA_DRAFT))
+    attn = "layers.0.self_attn."
+    assert {k: v for k, v in expected_tensors(spec).items() if k.startswith(attn)} == {
+        attn + "q_proj.weight": (4 * 64, 2 * 256), attn + "k_proj.weight": (2 * 64, 2 * 256),
+        attn + "v_proj.weight": (2 * 64, 2 * 256), attn + "o_proj.weight": (256, 4 * 64)}
+    assert type(spec.head_dim) is int
+
+
+def test_the_linear_weights_of_the_base_draft():
+    from vllm_kimi_eagle.draft_spec import linear_weights
+
+    layer = "layers.0."
+    assert linear_weights(spec_from_config(_base())) == ["fc.weight"] + [
+        layer + name for name in (
+            "self_attn.q_a_proj.weight", "self_attn.q_b_proj.weight",
+            "self_attn.kv_a_proj_with_mqa.weight", "self_attn.kv_b_proj.weight",
+            "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+            "mlp.down_proj.weight")]

@@ -315,3 +315,115 @@ def test_default_ids():
 
     assert vllm_default_ids(61) == [2, 30, 58] and tools_default_ids(61) == [1, 29, 57]
     assert tools_default_ids(6) == [1, 2]  # a set: L//2-1 and L-4 are both 2
+
+
+# ---- the range of capture ids at its bounds: exactly at, one past ----------------------
+def _input_of(ids: list[int]) -> dict:
+    """Ids stated input-of: what is written is what vLLM captures."""
+    return nested(ids, **{CONVENTION_KEY: "input-of"})
+
+
+@pytest.mark.parametrize("after_last, highest", [(True, 6), (False, 5)],
+                         ids=["after-last", "no-after-last"])
+def test_the_highest_capture_id_is_the_layer_count_only_where_vllm_captures_after_last(
+        after_last, highest):
+    at = resolve_layer_ids(_input_of([1, 3, highest]), 6, can_capture_after_last=after_last,
+                           environ={})
+    assert at.capture_ids == [1, 3, highest]
+    with pytest.raises(LayerIdError) as err:
+        resolve_layer_ids(_input_of([1, 3, highest + 1]), 6,
+                          can_capture_after_last=after_last, environ={})
+    message = str(err.value)
+    assert f"(valid: 1..{highest}); [{highest + 1}] is out of range." in message, message
+    # The hint about vLLM 0.25.1 is for the id after the last layer only.
+    assert ("Capturing after the last layer (id 6) needs vLLM 0.25.1" in message) == \
+        (not after_last), message
+
+
+def test_the_lowest_capture_id_is_1():
+    assert resolve_layer_ids(_input_of([1, 3, 5]), 6, environ={}).capture_ids == [1, 3, 5]
+    with pytest.raises(LayerIdError, match=r"\(valid: 1\.\.6\); \[0\] is out of range"):
+        resolve_layer_ids(_input_of([0, 3, 5]), 6, environ={})
+
+
+def test_every_id_out_of_range_is_named_and_only_those():
+    with pytest.raises(LayerIdError) as err:
+        resolve_layer_ids(_input_of([0, 1, 6, 7]), 6, environ={})
+    message = str(err.value)
+    assert "[0, 7] is out of range. Id 0 would be the input of layer 0" in message, message
+    assert "0.25.1" not in message
+
+
+def test_past_the_highest_without_capture_after_last_names_only_the_layer_count():
+    """Id 7 of 6 layers is past the range on any vLLM: no hint about 0.25.1 for it."""
+    with pytest.raises(LayerIdError) as err:
+        resolve_layer_ids(_input_of([1, 3, 7]), 6, can_capture_after_last=False, environ={})
+    assert "[7] is out of range." in str(err.value) and "0.25.1" not in str(err.value)
+
+
+def test_an_unknown_target_checks_no_range():
+    decision = resolve_layer_ids(_input_of([0, 3, 99]), None, environ={})
+    assert decision.capture_ids == [0, 3, 99]
+    # Nor the other reading's: both stay plausible.
+    assert resolve_layer_ids(nested([3, 29, 57]), None, environ={}).ambiguous_with == \
+        [4, 30, 58]
+
+
+def test_the_other_reading_at_the_highest_id_is_still_plausible():
+    # Output-of [4, 30, 60] captures layer 61: past the range without capture-after-last
+    # (test_other_reading_out_of_range_is_not_ambiguous); [4, 30, 59] captures 60, in it.
+    decision = resolve_layer_ids(nested([3, 29, 59]), KIMI_LAYERS, environ={},
+                                 can_capture_after_last=False)
+    assert decision.ambiguous_with == [4, 30, 60]
+
+
+def test_the_fc_width_at_one_state_more_or_one_feature_more_is_refused():
+    at = dict(fc_in_features=3 * 8, target_hidden_size=8)
+    assert resolve_layer_ids(nested([2, 30, 58]), KIMI_LAYERS, environ={}, **at).capture_ids \
+        == [2, 30, 58]
+    for fc_in, words in ((4 * 8, "4 captured states"), (2 * 8, "2 captured states"),
+                         (3 * 8 + 1, "3.125 captured states")):
+        with pytest.raises(LayerIdError, match=words):
+            resolve_layer_ids(nested([2, 30, 58]), KIMI_LAYERS, environ={},
+                              fc_in_features=fc_in, target_hidden_size=8)
+
+
+def test_both_hints_where_id_0_and_the_id_after_the_last_layer_are_out_of_range():
+    with pytest.raises(LayerIdError) as err:
+        resolve_layer_ids(_input_of([0, 3, 6]), 6, can_capture_after_last=False, environ={})
+    assert "[0, 6] is out of range. Capturing after the last layer (id 6) needs vLLM 0.25.1 " \
+        "or newer. Id 0 would be the input of layer 0" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("config, tool, reason", [
+    (nested([1, 29, 57]), None, "first id is 1, the training tools' convention; they are "
+                                "the training tools' default ids (1, L//2-1, L-4)"),
+    (nested([2, 30, 58]), None, "first id is not 1, vLLM's convention; they are vLLM's "
+                                "default ids (2, L//2, L-3)"),
+    ({"eagle_aux_hidden_state_layer_ids": [3, 29, 57],
+      "eagle_config": {"eagle_aux_hidden_state_layer_ids": [3, 29, 57], **MODELOPT}},
+     "Model-Optimizer", "first id is not 1, vLLM's convention; Model-Optimizer wrote this "
+                        "config but never writes ids at the top-level"),
+])
+def test_the_heuristics_reason_whole_and_the_tool_it_names(config, tool, reason):
+    decision = resolve_layer_ids(config, KIMI_LAYERS, environ={})
+    assert (decision.tool, decision.reason) == (tool, reason)
+    assert decision.reordered_from is None  # written in layer order
+
+
+def test_a_tool_whose_exports_agree_is_named_without_the_export():
+    """TorchSpec's two exports of a deepseek_v3 draft both write output-of: one tool."""
+    decision = resolve_layer_ids({**TORCHSPEC, "model_type": "deepseek_v3",
+                                  **nested([3, 29, 57])}, KIMI_LAYERS, environ={})
+    assert (decision.rule, decision.tool, decision.capture_ids) == \
+        ("tool", "TorchSpec", [4, 30, 58])
+
+
+def test_the_fc_width_refusal_names_the_ids_and_their_capture():
+    with pytest.raises(LayerIdError) as err:
+        resolve_layer_ids(nested([1, 29, 57]), KIMI_LAYERS, environ={},
+                          fc_in_features=4 * 8, target_hidden_size=8)
+    assert "3 layer ids are given ([1, 29, 57] [2, 30, 58])" in str(err.value)
+    with pytest.raises(LayerIdError) as err:
+        resolve_layer_ids({}, None, environ={}, fc_in_features=4 * 8, target_hidden_size=8)
+    assert "3 layer ids are given (vLLM default (2, L//2, L-3))" in str(err.value)
