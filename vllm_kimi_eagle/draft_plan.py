@@ -66,7 +66,16 @@ def draft_at_hand(spec_config, ours: bool) -> DraftAtHand:
         vllm_compat.total_layers(target), target.get_hidden_size(), target.get_vocab_size(),
         str(draft.dtype).removeprefix("torch."),
         getattr(draft.hf_config, "max_position_embeddings", None), draft.hf_config,
-        getattr(draft.hf_config, CHANNEL, None) is not None)
+        decided_here(draft.hf_config))
+
+
+def decided_here(hf_config) -> bool:
+    """Whether the hook has attached its decisions to this draft config: the attribute on
+    vLLM's config object and not on the config it wraps (read from config.json, which the
+    record refuses where it carries the attribute)."""
+    inner = getattr(hf_config, "model", None)
+    return getattr(hf_config, CHANNEL, None) is not None and \
+        getattr(inner, CHANNEL, None) is None
 
 
 @dataclass(frozen=True)

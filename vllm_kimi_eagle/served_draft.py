@@ -14,9 +14,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from vllm_kimi_eagle.draft_config import DraftConfig, parse_draft_config
+from vllm_kimi_eagle.draft_config import SERVED_KEY, DraftConfig, parse_draft_config
 
-CHANNEL = "vllm_kimi_eagle_served"  # the attribute of the draft's hf_config
+CHANNEL = SERVED_KEY  # the attribute of the draft's hf_config
 
 
 @dataclass(frozen=True)
