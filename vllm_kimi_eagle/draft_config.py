@@ -26,6 +26,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from vllm_kimi_eagle.architectures import TOOL_DRAFT_ARCHITECTURES
+
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 CONVENTION_KEY = "eagle_aux_hidden_state_layer_ids_convention"
 CONVENTION_VALUES = ("output-of", "input-of", "auto")
@@ -43,9 +45,18 @@ ROPE_BLOCKS = ("rope_scaling", "rope_parameters")
 # original_max_position_embeddings it fills from max_position_embeddings.
 DEFAULT_ROPE_THETA = 10000.0
 ORIGINAL_MAX_ROPE_TYPES = ("llama3", "yarn", "longrope")
-# Fingerprints of the training tools (layer_ids.TOOL_EXPORTS says what each means).
+# The training tools a config.json names by a fingerprint, and each fingerprint in words;
+# ``written_by(record, tool)`` reads it. layer_ids.TOOL_EXPORTS says what each tool's ids
+# mean, draft_positions which tools write mla_use_nope without training by it.
+MODELOPT, SPECFORGE, TORCHSPEC = "Model-Optimizer", "SpecForge", "TorchSpec"
 MODELOPT_KEYS = ("next_layer_regular", "parallel_draft_step", "parallel_draft_heads_num_layers")
 TORCHSPEC_KEY = "_torchspec_version"
+[SPECFORGE_ARCHITECTURE] = TOOL_DRAFT_ARCHITECTURES  # the one MLA architecture a tool writes
+TOOL_FINGERPRINTS = {
+    MODELOPT: f"eagle_config holds {'/'.join(MODELOPT_KEYS[:2])}",
+    SPECFORGE: f"architecture {SPECFORGE_ARCHITECTURE}",
+    TORCHSPEC: TORCHSPEC_KEY,
+}
 # Where vLLM finds a draft's quantization config, in its order: config.json's
 # quantization_config, compressed-tensors' older compression_config, then ModelOpt's own
 # file next to config.json (before ModelOpt 0.31), which load_config_json puts under
@@ -189,19 +200,25 @@ def _rope_values(rope: ServedRope, block: RopeScaling) -> tuple:
             block.attention_factor)
 
 
-class EagleConfig(_Strict):
-    """The nested ``eagle_config`` (Model-Optimizer, TorchSpec, the lightseekorg drafts)."""
+class _LayerIds(_Strict):
+    """The layer ids and their convention: written at the top level, in eagle_config, or
+    both (``_check_written_once``)."""
 
     ids: list[NonNegativeInt] | None = Field(None, alias=IDS_KEY)
     convention: str | None = Field(None, alias=CONVENTION_KEY)
+
+    _ids = field_validator("ids")(lambda cls, v: _distinct(v))
+    _convention = field_validator("convention")(lambda cls, v: _convention(v))
+
+
+class EagleConfig(_LayerIds):
+    """The nested ``eagle_config`` (Model-Optimizer, TorchSpec, the lightseekorg drafts)."""
+
     use_input_layernorm_in_first_layer: bool | None = None
     use_last_layernorm: bool | None = None
     use_mtp_layernorm: bool | None = None
     use_aux_hidden_state: bool | None = None
     modelopt_marker: bool = False  # set from the raw keys, not read from the file
-
-    _ids = field_validator("ids")(lambda cls, v: _distinct(v))
-    _convention = field_validator("convention")(lambda cls, v: _convention(v))
 
     @model_validator(mode="before")
     @classmethod
@@ -216,8 +233,9 @@ def _eagle_markers(raw):
     return raw
 
 
-class DraftConfig(_Strict):
-    """Every field of a draft's config.json that the plugin or its draft class reads."""
+class DraftConfig(_LayerIds):
+    """Every field of a draft's config.json that the plugin or its draft class reads (the
+    top-level layer ids and convention: ``_LayerIds``)."""
 
     source: str = "config.json"  # the file, for messages (not read from it)
     architectures: list[str] | None = None
@@ -257,16 +275,10 @@ class DraftConfig(_Strict):
     # the record checks that it is an object, quantization.py reads what the plugin needs.
     quantization_config: dict[str, Any] | None = None
     quantization_from: str = QUANTIZATION_KEYS[0]  # set from the raw keys (QUANTIZATION_KEYS)
-    # layer ids and their convention, at the top level and nested
-    ids: list[NonNegativeInt] | None = Field(None, alias=IDS_KEY)
-    convention: str | None = Field(None, alias=CONVENTION_KEY)
     eagle_config: EagleConfig | None = None
     torchspec_marker: bool = False  # set from the raw keys, not read from the file
     # The rope blocks written as non-empty objects (set from the raw keys).
     rope_blocks: tuple[str, ...] = ()
-
-    _ids = field_validator("ids")(lambda cls, v: _distinct(v))
-    _convention = field_validator("convention")(lambda cls, v: _convention(v))
 
     @model_validator(mode="before")
     @classmethod
@@ -442,7 +454,14 @@ def _rope_disagreements(config: DraftConfig) -> list[str]:
 
 
 def _specforge_marker(config: DraftConfig) -> bool:
-    return "DeepseekV3ForCausalLMEagle3" in (config.architectures or ())
+    return SPECFORGE_ARCHITECTURE in (config.architectures or ())
+
+
+def written_by(config: DraftConfig, tool: str) -> bool:
+    """Whether config.json carries ``tool``'s fingerprint (TOOL_FINGERPRINTS)."""
+    marks = {MODELOPT: config.nested.modelopt_marker, SPECFORGE: _specforge_marker(config),
+             TORCHSPEC: config.torchspec_marker}
+    return marks[tool]
 
 
 # ---- parsing --------------------------------------------------------------------------------

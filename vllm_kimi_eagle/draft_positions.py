@@ -26,16 +26,21 @@ from dataclasses import dataclass
 from vllm_kimi_eagle import settings
 from collections.abc import Mapping
 
-from vllm_kimi_eagle.draft_config import DraftConfig, as_record
+from vllm_kimi_eagle.draft_config import (
+    TOOL_FINGERPRINTS,
+    TORCHSPEC,
+    DraftConfig,
+    as_record,
+    written_by,
+)
 
 NOPE_KEY = "mla_use_nope"
 NOPE_ENV = settings.DRAFT_NOPE.name
-# Tools known to write mla_use_nope without training by it: (name, marker field, its
-# fingerprint on the record, source).
+# Tools known to write mla_use_nope without training by it (draft_config's
+# TOOL_FINGERPRINTS), with where that was read.
 IGNORING_TOOLS = (
-    ("TorchSpec", "_torchspec_version", lambda config: config.torchspec_marker,
-     "lightseekorg/TorchSpec torchspec/models/draft/deepseek_eagle.py (builds the rotary "
-     "embedding and yarn's mscale for every MLA draft; never reads mla_use_nope)"),
+    (TORCHSPEC, "lightseekorg/TorchSpec torchspec/models/draft/deepseek_eagle.py (builds the "
+     "rotary embedding and yarn's mscale for every MLA draft; never reads mla_use_nope)"),
 )
 
 
@@ -65,8 +70,9 @@ def decide_positions(draft_config: DraftConfig | Mapping, environ=os.environ) ->
                                 f"{NOPE_KEY} is {str(written).lower()}")
     if not written:
         return PositionDecision(False, False, f"config.json does not set {NOPE_KEY}")
-    for tool, marker, marked, source in IGNORING_TOOLS:
-        if marked(draft_config):
+    for tool, source in IGNORING_TOOLS:
+        if written_by(draft_config, tool):
             return PositionDecision(False, True, f"config.json sets {NOPE_KEY}, but {tool} "
-                                    f"wrote it ({marker}), which trains with RoPE ({source})")
+                                    f"wrote it ({TOOL_FINGERPRINTS[tool]}), which trains with "
+                                    f"RoPE ({source})")
     return PositionDecision(True, True, f"config.json sets {NOPE_KEY}", ambiguous=True)

@@ -26,17 +26,22 @@ fingerprint, ids that are neither tool's default), the decision says so: it is
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from vllm_kimi_eagle import settings
 from vllm_kimi_eagle.draft_config import (
     CONVENTION_KEY,
     IDS_KEY,
+    MODELOPT,
+    SPECFORGE,
     TOP_IDS,
+    TOOL_FINGERPRINTS,
+    TORCHSPEC,
     DraftConfig,
     DraftConfigError,
     as_record,
+    written_by,
 )
 
 CONVENTION_ENV = settings.LAYER_IDS.name
@@ -59,18 +64,6 @@ class LayerIdError(DraftConfigError):
 
 
 # ---- the training tools, as data ---------------------------------------------------------
-def _modelopt_marker(config: DraftConfig) -> bool:
-    return config.nested.modelopt_marker
-
-
-def _specforge_marker(config: DraftConfig) -> bool:
-    return config.specforge_marker
-
-
-def _torchspec_marker(config: DraftConfig) -> bool:
-    return config.torchspec_marker
-
-
 @dataclass(frozen=True)
 class ToolExport:
     """One way a training tool writes a draft, and what its layer ids mean there."""
@@ -78,7 +71,7 @@ class ToolExport:
     tool: str
     marker: str  # the fingerprint, in words
     source: str  # where the facts were read
-    matches: Callable[[DraftConfig], bool]  # the fingerprint on the record
+    fingerprint: str  # the tool whose fingerprint the record carries (TOOL_FINGERPRINTS)
     ids_at: tuple[str, ...]  # where this export writes ids (TOP, NESTED)
     convention: str
     layer_prefix: str | None = None  # the tensor prefix this export writes; None: any
@@ -88,37 +81,38 @@ class ToolExport:
 
 TOOL_EXPORTS = (
     ToolExport(
-        "Model-Optimizer", "eagle_config holds next_layer_regular/parallel_draft_step",
+        MODELOPT, TOOL_FINGERPRINTS[MODELOPT],
         "NVIDIA/Model-Optimizer modelopt/torch/export/plugins/hf_spec_export.py "
         "(kimik2_eagle_template_config) and modelopt/torch/speculative/plugins/"
         "transformers.py (forward hook on each listed decoder layer's output, in layer "
         "order)",
-        _modelopt_marker, (NESTED,), OUTPUT_OF,
+        MODELOPT, (NESTED,), OUTPUT_OF,
     ),
     ToolExport(
-        "SpecForge", "architecture DeepseekV3ForCausalLMEagle3",
+        SPECFORGE, TOOL_FINGERPRINTS[SPECFORGE],
         "sgl-project/SpecForge specforge/modeling/draft/deepseek_eagle3.py and "
         "scripts/train_eagle3.py (save_pretrained; target hooks on layer outputs)",
-        _specforge_marker, (NESTED,), OUTPUT_OF,
+        SPECFORGE, (NESTED,), OUTPUT_OF,
     ),
     ToolExport(
-        "TorchSpec (native export)", "_torchspec_version and midlayer. tensors",
+        f"{TORCHSPEC} (native export)", f"{TOOL_FINGERPRINTS[TORCHSPEC]} and midlayer. tensors",
         "lightseekorg/TorchSpec tools/convert_to_hf.py (without --vllm: ids as trained, "
         "output-of)",
-        _torchspec_marker, (TOP, NESTED), OUTPUT_OF, layer_prefix="midlayer.",
+        TORCHSPEC, (TOP, NESTED), OUTPUT_OF, layer_prefix="midlayer.",
     ),
     ToolExport(
-        "TorchSpec (--vllm export, kimi_k2)", "_torchspec_version and layers.0. tensors",
+        f"{TORCHSPEC} (--vllm export, kimi_k2)",
+        f"{TOOL_FINGERPRINTS[TORCHSPEC]} and layers.0. tensors",
         "lightseekorg/TorchSpec tools/convert_to_hf.py _fixup_export_config (adds 1 to "
         "every id list for model_type kimi_k2)",
-        _torchspec_marker, (TOP, NESTED), INPUT_OF, layer_prefix="layers.0.",
+        TORCHSPEC, (TOP, NESTED), INPUT_OF, layer_prefix="layers.0.",
         model_types=frozenset({"kimi_k2"}),
     ),
     ToolExport(
-        "TorchSpec (--vllm export)", "_torchspec_version and layers.0. tensors",
+        f"{TORCHSPEC} (--vllm export)", f"{TOOL_FINGERPRINTS[TORCHSPEC]} and layers.0. tensors",
         "lightseekorg/TorchSpec tools/convert_to_hf.py _fixup_export_config (adds 1 only "
         "for model_type kimi_k2; other model types keep the trained output-of ids)",
-        _torchspec_marker, (TOP, NESTED), OUTPUT_OF, layer_prefix="layers.0.",
+        TORCHSPEC, (TOP, NESTED), OUTPUT_OF, layer_prefix="layers.0.",
         not_model_types=frozenset({"kimi_k2"}),
     ),
 )
@@ -133,7 +127,8 @@ def _model_type_fits(row: ToolExport, model_type) -> bool:
 def tool_readings(draft_config: DraftConfig, layer_prefix: str | None) -> list[ToolExport]:
     """The tool exports this config can be; several when the tensor layout is unknown."""
     model_type = draft_config.model_type
-    rows = [r for r in TOOL_EXPORTS if r.matches(draft_config) and _model_type_fits(r, model_type)]
+    rows = [r for r in TOOL_EXPORTS if written_by(draft_config, r.fingerprint)
+            and _model_type_fits(r, model_type)]
     if layer_prefix is None:
         return rows
     return [r for r in rows if r.layer_prefix in (None, layer_prefix)]
