@@ -24,7 +24,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from vllm_kimi_eagle.architectures import TOOL_DRAFT_ARCHITECTURES
 
@@ -222,8 +230,8 @@ class EagleConfig(_LayerIds):
 
     @model_validator(mode="before")
     @classmethod
-    def _markers(cls, raw):
-        return _eagle_markers(raw)
+    def _markers(cls, raw, info: ValidationInfo):
+        return raw if _rebuilt(info) else _eagle_markers(raw)
 
 
 def _eagle_markers(raw):
@@ -278,12 +286,12 @@ class DraftConfig(_LayerIds):
     eagle_config: EagleConfig | None = None
     torchspec_marker: bool = False  # set from the raw keys, not read from the file
     # The rope blocks written as non-empty objects (set from the raw keys).
-    rope_blocks: tuple[str, ...] = ()
+    rope_blocks: Annotated[tuple[str, ...], Field(strict=False)] = ()  # a JSON list when rebuilt
 
     @model_validator(mode="before")
     @classmethod
-    def _markers(cls, raw):
-        return _draft_markers(raw)
+    def _markers(cls, raw, info: ValidationInfo):
+        return raw if _rebuilt(info) else _draft_markers(raw)
 
     @model_validator(mode="after")
     def _written_once(self):
@@ -336,6 +344,15 @@ class DraftConfig(_LayerIds):
 
 # ---- the record's checks and readings, as plain functions (the validators and properties
 # above only call them)
+# Validation context of a record rebuilt from its own JSON (``record_from_json``): the
+# fields set from raw keys are in it already.
+REBUILT = "vllm_kimi_eagle_rebuilt"
+
+
+def _rebuilt(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get(REBUILT))
+
+
 def _draft_markers(raw):
     """config.json as written, with what the record sets from its raw keys: the TorchSpec
     fingerprint, the rope blocks written, and the quantization config vLLM would read."""
@@ -527,6 +544,18 @@ def parse_draft_config(raw: Any, source: str = "config.json") -> DraftConfig:
         raise DraftConfigError(
             f"{source}: " + "; ".join(lines) + ". Fix the field in config.json, or export "
             "the draft again.") from None
+
+
+def record_json(config: DraftConfig) -> str:
+    """The record as JSON, to travel where only JSON may (vLLM's draft config, which vLLM
+    hashes as JSON, to the engine's worker); ``record_from_json`` gives it back."""
+    return config.model_dump_json(by_alias=True)
+
+
+def record_from_json(text: str) -> DraftConfig:
+    """The record ``record_json`` wrote, as it was: nothing is read again from config.json
+    (the fields set from its raw keys travel in the JSON)."""
+    return DraftConfig.model_validate_json(text, context={REBUILT: True})
 
 
 def as_record(config: DraftConfig | Mapping, source: str = "config.json") -> DraftConfig:

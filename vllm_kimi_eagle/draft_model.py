@@ -73,11 +73,10 @@ def served_draft(draft_model_config) -> ServedDraft:
     if found is None:
         raise DraftConfigError(f"{model}: its config.json is neither in a local folder nor "
                                "in the Hugging Face cache.")
-    raw, source = found
-    report = draft_report(parse_draft_config(raw, source), None, target_layers=None,
+    report = draft_report(parse_draft_config(*found), None, target_layers=None,
                           target_hidden=None, target_vocab=None, can_capture_after_last=True)
-    return report.served(raw, getattr(draft_model_config.hf_config, "max_position_embeddings",
-                                      None))
+    return report.served(getattr(draft_model_config.hf_config, "max_position_embeddings",
+                                 None))
 
 
 def attention_config(config, spec: DraftSpec, rope_theta: float | None):
@@ -152,7 +151,7 @@ class Eagle3MLAModel(nn.Module):
         draft_model_config = vllm_config.speculative_config.draft_model_config
         config = draft_model_config.hf_config
         served = served or served_draft(draft_model_config)
-        spec = dataclasses.replace(spec_from_config(served.config()), nope=served.nope)
+        spec = dataclasses.replace(spec_from_config(served.config), nope=served.nope)
         self.spec = spec
         self.embed_tokens = VocabParallelEmbedding(
             spec.vocab_size, spec.hidden_size, prefix=maybe_prefix(prefix, "embed_tokens")
@@ -233,7 +232,7 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         self.config = draft_model_config.hf_config
         self.draft_path = draft_model_config.model
         served = served_draft(draft_model_config)
-        written = served.config().config_rope_theta
+        written = served.config.config_rope_theta
         if served.rope_theta is not None and served.rope_theta != written:
             logger.warning(
                 "vllm-kimi-eagle: the draft's rope base is %s from %s (config.json says %s)",

@@ -84,7 +84,6 @@ class Plan:
 
     report: DraftReport | None  # None: the plugin does not act on this draft
     headers: DraftHeaders | None
-    raw: dict | None  # config.json as read
     acts_on_ids: bool = False
     why_not: str = ""
 
@@ -98,13 +97,12 @@ def plan_for(draft: DraftAtHand) -> Plan:
     if found is None:
         inner = getattr(draft.hf_config, "model", None) or draft.hf_config
         found = inner.to_dict(), f"{draft.model} config.json (as vLLM read it)"
-    raw, source = found
     try:
-        config = parse_draft_config(raw, source)
+        config = parse_draft_config(*found)
     except DraftConfigError as err:
         if draft.kimi_target or draft.ours:
             raise
-        return Plan(None, None, None, why_not=str(err))
+        return Plan(None, None, why_not=str(err))
     # Headers only for the MLA drafts the plugin knows: nothing is read, locally or from
     # the hub, for any other draft.
     headers = DraftHeaders(None, "not read: not an MLA EAGLE3 draft")
@@ -116,5 +114,5 @@ def plan_for(draft: DraftAtHand) -> Plan:
         can_capture_after_last=vllm_compat.can_capture_after_last_layer())
     acts_on_ids = draft.kimi_target or report.states_convention
     if not (draft.ours or acts_on_ids):
-        return Plan(None, None, None, why_not="not a Kimi or DeepSeek target's draft")
-    return Plan(report, headers, raw, acts_on_ids)
+        return Plan(None, None, why_not="not a Kimi or DeepSeek target's draft")
+    return Plan(report, headers, acts_on_ids)

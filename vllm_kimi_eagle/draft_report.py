@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 
 from vllm_kimi_eagle import checkpoint, rope_override
-from vllm_kimi_eagle.draft_config import DraftConfig, DraftConfigError
+from vllm_kimi_eagle.draft_config import DraftConfig, DraftConfigError, record_json
 from vllm_kimi_eagle.draft_positions import PositionDecision, decide_positions
 from vllm_kimi_eagle.draft_spec import DraftSpec, spec_from_config
 from vllm_kimi_eagle.layer_ids import (
@@ -54,10 +54,10 @@ class DraftReport:
     def positions_line(self) -> str:
         return self.positions.log_line()
 
-    def served(self, raw: dict, max_positions: int | None = None) -> ServedDraft:
-        """The decisions the draft class needs, with the config.json they were made on;
+    def served(self, max_positions: int | None = None) -> ServedDraft:
+        """The decisions the draft class needs, with the record they were made on;
         ``max_positions``: what vLLM made of the draft's max_position_embeddings."""
-        return ServedDraft(raw, self.config.source,
+        return ServedDraft(record_json(self.config),
                            self.decision.capture_ids if self.decision else None,
                            self.positions.nope, self.rope_theta, max_positions)
 

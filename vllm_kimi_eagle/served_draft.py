@@ -3,26 +3,27 @@
 The hook runs where vLLM builds its config (the API server or ``LLM(...)`` process); the
 draft class is built in the engine's worker. vLLM sends the draft's ``hf_config`` there,
 so the plugin's decisions travel on it, as one attribute holding one plain record: the
-draft's config.json as read (the worker parses it again, through the same record) and
-the decisions that are not in it (capture ids, NoPE, rope base). A new decision is added
-here, in one place. vLLM's own field ``eagle_aux_hidden_state_layer_ids`` is still written
-by the hook: it is where vLLM's runners read the capture ids.
+draft's validated config record (as JSON: vLLM hashes ``hf_config`` as JSON; the worker
+gets the record back as it was, nothing read again from config.json) and the decisions
+that are not in it (capture ids, NoPE, rope base). A new decision is added here, in one
+place. vLLM's own field ``eagle_aux_hidden_state_layer_ids`` is still written by the hook:
+it is where vLLM's runners read the capture ids.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
-from vllm_kimi_eagle.draft_config import SERVED_KEY, DraftConfig, parse_draft_config
+from vllm_kimi_eagle.draft_config import SERVED_KEY, DraftConfig, record_from_json
 
 CHANNEL = SERVED_KEY  # the attribute of the draft's hf_config
 
 
 @dataclass(frozen=True)
 class ServedDraft:
-    raw: dict  # the draft's config.json, as read
-    source: str  # where it was read
+    record_json: str  # the draft's config record (draft_config.record_json)
     capture_ids: list[int] | None  # the target layers vLLM captures; None: not decided
     nope: bool  # the draft's attention reads positions unrotated (Kimi-K3)
     rope_theta: float | None  # the rope base served; None: the config's (or none)
@@ -31,8 +32,10 @@ class ServedDraft:
     # 0.33 for RoPE types that size only the cache; vLLM issue #48894); None: config.json's.
     max_positions: int | None = None
 
+    @functools.cached_property
     def config(self) -> DraftConfig:
-        return parse_draft_config(self.raw, self.source)
+        """The draft's config record, as the hook validated it."""
+        return record_from_json(self.record_json)
 
     def attach(self, hf_config) -> None:
         setattr(hf_config, CHANNEL, dataclasses.asdict(self))

@@ -162,7 +162,7 @@ def apply_plan(spec_config, draft: DraftAtHand, plan: Plan) -> None:
         check_checkpoint(draft, report, plan.headers)
         check_quantization(draft, report)
         apply_greedy_shortcut(spec_config)
-    report.served(plan.raw, draft.max_positions).attach(draft.hf_config)
+    report.served(draft.max_positions).attach(draft.hf_config)
 
 
 # The errors that are a verdict on the user's draft or settings, each naming the field.

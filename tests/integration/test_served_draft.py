@@ -11,6 +11,7 @@ from packaging.version import Version
 
 from tests.helpers import run_python, write_config_only_models
 from vllm_kimi_eagle import vllm_compat
+from vllm_kimi_eagle.draft_config import parse_draft_config, record_from_json
 
 PROBE = """
 import json
@@ -19,8 +20,9 @@ from vllm_kimi_eagle.served_draft import attached
 config = EngineArgs(model={target!r}, max_model_len=512, speculative_config={{
     "method": "eagle3", "model": {draft!r}, "num_speculative_tokens": 3}}).create_engine_config()
 served = attached(config.speculative_config.draft_model_config.hf_config)
-print(json.dumps({{"served": served and {{k: v for k, v in vars(served).items() if k != "raw"}},
-                  "raw": served and served.raw,
+print(json.dumps({{"served": served and {{k: v for k, v in vars(served).items()
+                                          if k not in ("record_json", "config")}},
+                  "record": served and served.record_json,
                   "vllm_positions": config.speculative_config.draft_model_config.hf_config
                   .max_position_embeddings}}))
 """
@@ -43,6 +45,9 @@ def test_the_draft_class_gets_the_decisions_and_vllms_positions(tmp_path):
     raised = vllm_compat.installed_vllm_version() < Version("0.33.0")
     assert served["max_positions"] == result["vllm_positions"] == (512 if raised else 256), \
         (served, result["vllm_positions"])
-    assert served["source"] == os.path.join(draft, "config.json")
-    with open(os.path.join(draft, "config.json")) as f:
-        assert result["raw"] == json.load(f)
+    # The record the hook validated travels to the worker as it was: nothing is read from
+    # config.json again there.
+    hooked = parse_draft_config(json.load(open(os.path.join(draft, "config.json"))),
+                                os.path.join(draft, "config.json"))
+    assert record_from_json(result["record"]) == hooked
+    assert record_from_json(result["record"]).source == os.path.join(draft, "config.json")

@@ -325,3 +325,24 @@ def test_the_plugins_own_attribute_is_never_read_from_a_file():
     message = str(pytest.raises(DraftConfigError, parse, **{SERVED_KEY: {}}).value)
     assert message.startswith(f"{SOURCE}: field {SERVED_KEY!r} is there") \
         and "Remove it from config.json" in message
+
+
+def test_the_record_travels_as_json_and_comes_back_as_it_was():
+    """vLLM's draft config carries the record to the engine's worker as JSON; what the
+    record set from config.json's raw keys (fingerprints, rope blocks, where the
+    quantization was read) comes back with it, and nothing is derived again."""
+    from vllm_kimi_eagle.draft_config import record_from_json, record_json
+
+    record = parse(**{"_torchspec_version": "0.2", "rope_theta": 50000,
+                      "rope_parameters": {"rope_type": "default", "rope_theta": 50000.0},
+                      "compression_config": {"quant_method": "compressed-tensors"},
+                      "eagle_config": {"parallel_draft_step": 1, IDS_KEY: [2, 30, 58]},
+                      CONVENTION_KEY: "output_of", "hidden_size": 256})
+    back = record_from_json(record_json(record))
+    assert back == record and back.source == SOURCE
+    assert (back.torchspec_marker, back.nested.modelopt_marker, back.rope_blocks,
+            back.quantization_from, back.written_ids, back.written_convention) == \
+        (True, True, ("rope_parameters",), "compression_config", ([2, 30, 58], NESTED_IDS),
+         ("output-of", f"config.json {CONVENTION_KEY}"))
+    # Derived again from the JSON, the fingerprints would be lost: they are not keys of it.
+    assert parse_draft_config(json.loads(record_json(record))).torchspec_marker is False
