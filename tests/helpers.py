@@ -381,12 +381,14 @@ def reference_draft(draft_dir: str, rope_theta: float | None = None, **spec_chan
     from transformers import AutoConfig
 
     from vllm_kimi_eagle.config_alias import register_config_alias
+    from vllm_kimi_eagle.draft_config import parse_draft_config
     from vllm_kimi_eagle.draft_spec import canonical_name, spec_from_config
     from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
 
     register_config_alias()
     with open(os.path.join(draft_dir, "config.json")) as f:
-        spec = dataclasses.replace(spec_from_config(json.load(f)), **spec_changes)
+        spec = dataclasses.replace(spec_from_config(parse_draft_config(json.load(f))),
+                                   **spec_changes)
     rope = dict(AutoConfig.from_pretrained(draft_dir).rope_parameters)
     if rope_theta is not None:
         rope["rope_theta"] = rope_theta

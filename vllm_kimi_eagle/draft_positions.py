@@ -24,13 +24,11 @@ import os
 from dataclasses import dataclass
 
 from vllm_kimi_eagle import settings
-from collections.abc import Mapping
 
 from vllm_kimi_eagle.draft_config import (
     TOOL_FINGERPRINTS,
     TORCHSPEC,
     DraftConfig,
-    as_record,
     written_by,
 )
 
@@ -61,8 +59,7 @@ class PositionDecision:
         return line
 
 
-def decide_positions(draft_config: DraftConfig | Mapping, environ=os.environ) -> PositionDecision:
-    draft_config = as_record(draft_config)
+def decide_positions(draft_config: DraftConfig, environ=os.environ) -> PositionDecision:
     written = bool(draft_config.mla_use_nope)
     asked = settings.value(settings.DRAFT_NOPE, environ)
     if asked is not None:

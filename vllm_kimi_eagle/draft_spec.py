@@ -15,11 +15,10 @@ tiny ones: vLLM serves them with its own class.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from vllm_kimi_eagle.architectures import DRAFT_ARCHITECTURES, TOOL_DRAFT_ARCHITECTURES
-from vllm_kimi_eagle.draft_config import DraftConfig, DraftConfigError, as_record
+from vllm_kimi_eagle.draft_config import DraftConfig, DraftConfigError
 from vllm_kimi_eagle.quantization import (
     Quantization,
     QuantizationConfigError,
@@ -103,11 +102,9 @@ def _flag(value: bool | None, default: bool) -> bool:
     return default if value is None else value
 
 
-def spec_from_config(config: DraftConfig | Mapping, source: str = "the draft config") -> DraftSpec:
-    """The DraftSpec of a draft's validated config (a raw config.json dict is parsed
-    first); a config that cannot describe a draft the plugin reads is a DraftConfigError
-    naming the file and the field."""
-    config = as_record(config, source)
+def spec_from_config(config: DraftConfig) -> DraftSpec:
+    """The DraftSpec of a draft's validated config record; a config that cannot describe a
+    draft the plugin reads is a DraftConfigError naming the file and the field."""
     source = config.source
 
     def required(key):

@@ -40,7 +40,6 @@ from vllm_kimi_eagle.draft_config import (
     TORCHSPEC,
     DraftConfig,
     DraftConfigError,
-    as_record,
     written_by,
 )
 
@@ -216,7 +215,6 @@ def resolve_layer_ids(
     is the checkpoint's decoder-layer tensor prefix (``midlayer.`` or ``layers.0.``)
     when its headers could be read; it tells TorchSpec's two exports apart.
     """
-    draft_config = as_record(draft_config)
     as_written, source = draft_config.written_ids
     if as_written is None:
         default = vllm_default_ids(num_target_layers) if num_target_layers else None

@@ -12,9 +12,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from tests.records import spec_from_config
 from vllm_kimi_eagle import checkpoint
 from vllm_kimi_eagle.checkpoint import TensorInfo
-from vllm_kimi_eagle.draft_spec import expected_tensors, spec_from_config
+from vllm_kimi_eagle.draft_spec import expected_tensors
 from vllm_kimi_eagle.fixtures import variants
 
 FILE = "/d/model.safetensors"

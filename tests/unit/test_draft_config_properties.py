@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from tests.records import spec_from_config
 from vllm_kimi_eagle import checkpoint
 from vllm_kimi_eagle.draft_config import (
     CONVENTION_VALUES,
@@ -41,7 +42,7 @@ from vllm_kimi_eagle.draft_config import (
     parse_draft_config,
 )
 from vllm_kimi_eagle.draft_report import draft_report
-from vllm_kimi_eagle.draft_spec import expected_tensors, spec_from_config
+from vllm_kimi_eagle.draft_spec import expected_tensors
 from vllm_kimi_eagle.fixtures import variants
 
 SOURCE = "/drafts/base/config.json"

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
+from tests.records import spec_from_config
 from vllm_kimi_eagle.draft_config import DraftConfigError, parse_draft_config
-from vllm_kimi_eagle.draft_spec import spec_from_config
 from vllm_kimi_eagle.fixtures import variants
 
 YARN = {"factor": 4.0, "original_max_position_embeddings": 1024, "beta_fast": 32.0,

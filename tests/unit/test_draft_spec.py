@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from transformers import PretrainedConfig
 
-from vllm_kimi_eagle.draft_spec import spec_from_config
+from tests.records import decide_positions, spec_from_config
 from vllm_kimi_eagle.fixtures import variants
 from vllm_kimi_eagle.draft_config import parse_draft_config
 
@@ -87,7 +87,6 @@ def test_a_llama_draft_is_grouped_query_attention():
 
 
 def test_positions_decision():
-    from vllm_kimi_eagle.draft_positions import decide_positions
 
     base = variants.draft_config(variants.DRAFT_VARIANTS[0])
     assert not decide_positions(base, {}).nope

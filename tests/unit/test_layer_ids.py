@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
+from tests.records import resolve_layer_ids
 from vllm_kimi_eagle.draft_config import DraftConfigError
 from vllm_kimi_eagle.layer_ids import (
     CONVENTION_ENV,
     CONVENTION_KEY,
     LayerIdError,
-    resolve_layer_ids,
 )
 
 

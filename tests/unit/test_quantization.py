@@ -9,13 +9,13 @@ import torch
 import json
 import os
 
+from tests.records import spec_from_config
 from vllm_kimi_eagle import checkpoint
 from vllm_kimi_eagle.draft_config import QUANT_FILE, parse_draft_config, read_draft_config
 from vllm_kimi_eagle.draft_spec import (
     DraftConfigError,
     expected_tensors,
     linear_weights,
-    spec_from_config,
 )
 from vllm_kimi_eagle.fixtures import variants
 from vllm_kimi_eagle.fixtures.quantized import SCHEMES, block_fp8, int8_per_channel

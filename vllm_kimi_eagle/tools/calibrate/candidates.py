@@ -74,7 +74,7 @@ def current_reading(draft_config: DraftConfig, num_layers: int, can_capture_afte
     kwargs = {} if environ is None else {"environ": environ}
     try:
         decision = layer_ids.resolve_layer_ids(
-            draft_config, num_layers, can_capture_after_last=can_capture_after_last,
+            as_record(draft_config), num_layers, can_capture_after_last=can_capture_after_last,
             fc_in_features=fc_in_features, target_hidden_size=target_hidden_size,
             layer_prefix=layer_prefix, **kwargs)
     except layer_ids.LayerIdError as err:
