@@ -150,6 +150,13 @@ def index_shards(index_path: str) -> list[str]:
             f"{index_path}: field 'weight_map' is {_short(weight_map)}; expected an object "
             "of tensor name -> shard file name. Download or export the index again, or "
             "remove it from a folder holding one model.safetensors.")
+    outside = sorted({v for v in weight_map.values()
+                      if os.path.isabs(v) or os.pardir in v.replace("\\", "/").split("/")})
+    if outside:
+        raise CheckpointError(
+            f"{index_path}: field 'weight_map' names shard(s) {outside[:3]} outside the "
+            "draft's folder; an index names its shards by their file names beside it. "
+            "Download or export the index again.")
     return sorted(set(weight_map.values()))
 
 

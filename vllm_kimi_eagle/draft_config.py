@@ -65,15 +65,16 @@ TOOL_FINGERPRINTS = {
     SPECFORGE: f"architecture {SPECFORGE_ARCHITECTURE}",
     TORCHSPEC: TORCHSPEC_KEY,
 }
-# Where vLLM finds a draft's quantization config, in its order: config.json's
-# quantization_config, compressed-tensors' older compression_config, then ModelOpt's own
-# file next to config.json (before ModelOpt 0.31), which load_config_json puts under
-# that file's name.
 # The attribute the speculative hook writes on vLLM's draft config for the draft class
 # (served_draft.py); never a field of a file.
 SERVED_KEY = "vllm_kimi_eagle_served"
+# Where vLLM finds a draft's quantization config, in its order (transformers_utils/config.py
+# get_config, then model_arch_config_convertor._normalize_quantization_config): config.json's
+# quantization_config, ModelOpt's own file next to config.json (before ModelOpt 0.31),
+# which load_config_json puts under that file's name, then compressed-tensors' older
+# compression_config.
 QUANT_FILE = "hf_quant_config.json"
-QUANTIZATION_KEYS = ("quantization_config", "compression_config", QUANT_FILE)
+QUANTIZATION_KEYS = ("quantization_config", QUANT_FILE, "compression_config")
 
 
 class DraftConfigError(ValueError):
@@ -201,11 +202,21 @@ def _served_from(block_name: str, block: RopeScaling | None, top_theta: float | 
                       filled)
 
 
-def _rope_values(rope: ServedRope, block: RopeScaling) -> tuple:
-    """What decides the rotation and the softmax scale, for comparing two blocks."""
-    return (rope.kind, rope.theta, rope.factor, rope.original_max_position_embeddings,
-            block.beta_fast, block.beta_slow, block.mscale, block.mscale_all_dim,
-            block.attention_factor)
+# What vLLM's DeepSeek YaRN rope takes where a block leaves a value out
+# (rotary_embedding DeepseekScalingRotaryEmbedding, 0.28-0.33).
+YARN_DEFAULTS = {"beta_fast": 32, "beta_slow": 1, "mscale": 1, "mscale_all_dim": 0,
+                 "attention_factor": None}
+
+
+def _rope_values(rope: ServedRope, block: RopeScaling) -> dict[str, object]:
+    """What decides the rotation and the softmax scale, by name, a value a block leaves
+    out taken as vLLM's default, for comparing two blocks."""
+    values = {"type": rope.kind, "base": rope.theta, "factor": rope.factor,
+              "original_max_position_embeddings": rope.original_max_position_embeddings}
+    for name, default in YARN_DEFAULTS.items():
+        written = getattr(block, name)
+        values[name] = default if written is None else written
+    return values
 
 
 class _LayerIds(_Strict):
@@ -447,12 +458,16 @@ def _rope_disagreements(config: DraftConfig) -> list[str]:
     if len(config.rope_blocks) == 2:
         other = _served_from("rope_parameters", config.rope_parameters, config.rope_theta,
                              config.max_position_embeddings)
-        if _rope_values(served, config.rope_scaling) != _rope_values(
-                other, config.rope_parameters):
+        mine = _rope_values(served, config.rope_scaling)
+        theirs = _rope_values(other, config.rope_parameters)
+        differ = [f"{name} {mine[name]} against {theirs[name]}" for name in mine
+                  if mine[name] != theirs[name]]
+        if differ:
             found.append(
                 f"rope_scaling gives {served.words()} and rope_parameters gives "
-                f"{other.words()}: two different ropes (transformers, and so vLLM, "
-                "serves rope_scaling). Keep the one block the draft was trained with")
+                f"{other.words()}: two different ropes ({', '.join(differ)}; transformers, "
+                "and so vLLM, serves rope_scaling). Keep the one block the draft was "
+                "trained with")
     for name in config.rope_blocks:
         block = getattr(config, name)
         if block.type and block.rope_type and block.type != block.rope_type:

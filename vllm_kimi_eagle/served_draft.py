@@ -26,7 +26,7 @@ class ServedDraft:
     record_json: str  # the draft's config record (draft_config.record_json)
     capture_ids: list[int] | None  # the target layers vLLM captures; None: not decided
     nope: bool  # the draft's attention reads positions unrotated (Kimi-K3)
-    rope_theta: float | None  # the rope base served; None: the config's (or none)
+    rope_theta: float | None  # the rope base served (None only from an older hook)
     # The positions the draft's rotary cache covers, as vLLM set them: it raises an EAGLE
     # draft's max_position_embeddings to the target's max_model_len (0.27-0.32 always,
     # 0.33 for RoPE types that size only the cache; vLLM issue #48894); None: config.json's.

@@ -143,6 +143,10 @@ def support_verdict(reported: str | None, unchecked_allowed: bool = False) -> Ve
             "EAGLE3 draft path for Kimi/DeepSeek targets there, and the plugin changes "
             f"nothing. Upgrade vLLM to {checked_range}."))
     if release in CHECKED_MINORS:
+        if version.is_devrelease:  # main-branch code after a release: the next minor's
+            return Verdict(True, True, (
+                f"vllm-kimi-eagle: vLLM {reported} is a dev build of {release} (code after "
+                f"that release, on its way to the next minor): {unchecked_act}"))
         if version.is_prerelease:
             return Verdict(True, False, f"vllm-kimi-eagle: {judged}, a minor this plugin "
                            f"was checked on ({checked_range}).", logging.INFO)

@@ -163,3 +163,23 @@ def test_the_tiny_target_is_known_also_through_links(tmp_path):
     assert is_tiny_target(str(models / "target")) and is_tiny_target(str(snapshot))
     assert not is_tiny_target(str(other))
 
+
+
+@pytest.mark.parametrize("rope", [
+    {"rope_scaling": {"type": "yarn", "factor": 32.0, "rope_theta": 50000.0}},
+    {"rope_parameters": {"rope_type": "default", "rope_theta": 50000.0}},
+    {"rope_scaling": {"type": "yarn", "factor": 32.0}, "rope_theta": 50000.0},
+], ids=["base-in-rope_scaling", "base-in-rope_parameters", "base-at-the-top"])
+def test_the_written_copy_serves_the_calibrated_base_wherever_the_config_wrote_it(tmp_path, rope):
+    from vllm_kimi_eagle.draft_config import read_draft_config
+    from vllm_kimi_eagle.tools.calibrate.report import write_copy
+
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    config = {"hidden_size": 256, "max_position_embeddings": 2048, **rope}
+    (draft / "config.json").write_text(json.dumps(config))
+    (draft / "model.safetensors").write_bytes(b"x")
+    write_copy(str(draft), config, {"config.json": {"rope_theta": 10000.0}},
+               str(tmp_path / "copy"))
+    record = read_draft_config(str(tmp_path / "copy"))
+    assert record.config_rope_theta == 10000.0 and record.rope_disagreements == []

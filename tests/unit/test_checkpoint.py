@@ -171,7 +171,11 @@ def test_a_sharded_checkpoint_is_read_through_its_index(tmp_path):
     ('{"weight_map": {}}', "field 'weight_map' is {}"),
     ('{"weight_map": {"fc.weight": 3}}', 'field \'weight_map\' is {"fc.weight": 3}'),
     ('{"weight_map": ["a.safetensors"]}', "field 'weight_map' is [\"a.safetensors\"]"),
-], ids=["truncated", "not-utf8", "list", "no-map", "empty-map", "number", "map-as-list"])
+    ('{"weight_map": {"fc.weight": "../other/a.safetensors"}}',
+     "names shard(s) ['../other/a.safetensors'] outside the draft's folder"),
+    ('{"weight_map": {"fc.weight": "/etc/a.safetensors"}}', "outside the draft's folder"),
+], ids=["truncated", "not-utf8", "list", "no-map", "empty-map", "number", "map-as-list",
+        "parent-folder", "absolute"])
 def test_a_corrupt_index_is_one_error_naming_it(tmp_path, text, words):
     folder = str(tmp_path)
     _save(folder, "a.safetensors", {"fc.weight": torch.zeros(2, 6)})

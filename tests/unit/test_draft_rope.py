@@ -140,3 +140,17 @@ def test_a_nope_draft_rotates_nothing_so_its_rope_type_is_not_refused():
     spec = spec_from_config(_config({"rope_scaling": {"type": "linear", "factor": 4.0},
                                      "mla_use_nope": True}))
     assert spec.nope
+
+
+def test_a_value_one_block_leaves_out_is_vllms_default_there():
+    """rope_parameters that copies rope_scaling and spells out vLLM's defaults is one rope;
+    a value that differs from the default is a second rope, named with both values."""
+    short = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}
+    spelled = {"rope_type": "yarn", **YARN}  # YARN: beta_fast 32, beta_slow 1, mscale 1, ...
+    same = _config({"rope_scaling": short, "rope_parameters": dict(spelled, mscale_all_dim=0)})
+    assert parse_draft_config(same).rope_disagreements == []
+    spec_from_config(same)
+    other = _config({"rope_scaling": short,
+                     "rope_parameters": dict(spelled, mscale_all_dim=0, mscale=0.707)})
+    [problem] = parse_draft_config(other).rope_disagreements
+    assert "two different ropes (mscale 1 against 0.707; transformers" in problem, problem

@@ -7,6 +7,8 @@ import json
 import os
 import shutil
 
+from vllm_kimi_eagle.draft_config import ROPE_BLOCKS
+
 
 def format_table(rows: list[dict], current: int | None, recommended: int) -> str:
     header = ["", "capture (input of)", "rope", "reading", "offline accept [5-95%]",
@@ -62,8 +64,10 @@ def write_copy(draft: str, config: dict, setting: dict, folder: str) -> None:
         except OSError:
             shutil.copy2(source, dest)
     written = dict(config, **setting["config.json"])
-    if "rope_theta" in setting["config.json"] and isinstance(written.get("rope_parameters"), dict):
-        written["rope_parameters"] = dict(written["rope_parameters"],
-                                          rope_theta=setting["config.json"]["rope_theta"])
+    if "rope_theta" in setting["config.json"]:  # every block that carries a base says it too
+        for block in ROPE_BLOCKS:
+            if isinstance(written.get(block), dict) and "rope_theta" in written[block]:
+                written[block] = dict(written[block],
+                                      rope_theta=setting["config.json"]["rope_theta"])
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump(written, f, indent=2)
