@@ -19,11 +19,13 @@ def test_smallest_real_run_writes_cells_chart_verdict_and_schedule(tiny, tmp_pat
     """Two real servers (no speculation, plugin at k=1), one window each, then --schedule:
     the derived schedule's server and the all-zero schedule's, one window each. On the
     six-layer target: the command's default, the 61-layer Kimi-cost target, starts each
-    server in minutes here (its run: tests/e2e/test_kimi_cost_e2e.py)."""
+    server in minutes here (its run: tests/e2e/test_kimi_cost_e2e.py). Four prompts of 32
+    tokens a window: a window much shorter than a second can end between two polls of
+    /metrics (every 0.1 s), which the command then refuses to measure."""
     proc = run_cli("bench-e2e", "--target", os.path.join(tiny, "target"),
                    "--draft", os.path.join(tiny, "draft"), "--server-args=--enforce-eager",
                    "--k", "1", "--concurrency", "1", "--repeats", "1",
-                   "--configs", "none,plugin", "--max-tokens", "16", "--prompts", "2",
+                   "--configs", "none,plugin", "--max-tokens", "32", "--prompts", "4",
                    "--schedule", "--out", str(tmp_path), timeout=1800)
     print(proc.stdout)
     assert proc.returncode == 0, proc.stderr[-4000:]
