@@ -52,9 +52,7 @@ def quantization_from_config(raw: Mapping | None, source: str = "the draft confi
     acceptance)."""
     if raw is None:
         return None
-    method = raw.get("quant_method")
-    if isinstance(method, str):  # as vLLM normalises it
-        method = method.lower().replace("compressed_tensors", "compressed-tensors")
+    method = _method(raw)
     found = None
     if method == "fp8" and raw.get("weight_block_size") is not None \
             and raw.get("activation_scheme", "dynamic") in ("dynamic", None):
@@ -69,6 +67,15 @@ def quantization_from_config(raw: Mapping | None, source: str = "the draft confi
             "plugin then leaves its quantization to vLLM) and measure its acceptance against "
             "the unquantized draft's, or serve the unquantized draft.")
     return found
+
+
+def _method(raw: Mapping):
+    """quant_method as vLLM normalises it (lower case, compressed_tensors spelled with a
+    hyphen); any other JSON value as written."""
+    method = raw.get("quant_method")
+    if isinstance(method, str):
+        method = method.lower().replace("compressed_tensors", "compressed-tensors")
+    return method
 
 
 def _block_size(value, source: str, key: str) -> tuple[int, int]:
@@ -101,7 +108,7 @@ def _compressed_tensors(raw: Mapping) -> Quantization | None:
 
 def scheme_words(raw: Mapping) -> str:
     """A quantization_config's scheme in words, from the fields its exporter writes."""
-    method = raw.get("quant_method")
+    method = _method(raw)
     if method == "compressed-tensors":
         groups = raw.get("config_groups")
         parts = []

@@ -261,3 +261,15 @@ def test_two_groups_are_refused():
     raw = {"quant_method": "compressed-tensors", "config_groups": {"a": group, "b": group}}
     with pytest.raises(DraftConfigError, match="compressed-tensors \\(a: .*; b: .*does not serve"):
         spec_from_config(config(raw))
+
+
+def test_the_scheme_is_named_whatever_the_spelling_of_its_method():
+    """vLLM reads quant_method case-blind, compressed_tensors as compressed-tensors; so do
+    the plugin's decision and its words."""
+    from vllm_kimi_eagle.quantization import scheme_words
+
+    group = SCHEMES["int8-channel"](None)["config_groups"]
+    spelled = {"quant_method": "Compressed_Tensors", "config_groups": group}
+    assert spec_from_config(config(spelled)).quantization == Quantization("int8-channel")
+    assert scheme_words(spelled).startswith("compressed-tensors (group_0: weights int 8-bit")
+    assert scheme_words({"quant_method": "FP8"}) == "fp8 per tensor, activation_scheme 'dynamic'"
