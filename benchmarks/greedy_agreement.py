@@ -38,7 +38,7 @@ NONE, DRAFT = "none", "draft"
 def gpqa_prompts(count: int) -> list[str]:
     """The eval task's questions as its zero-shot chain-of-thought prompt asks them, each
     with its choices in two orders."""
-    with open(tasks.TINY_DATA) as f:
+    with open(tasks.tiny_data()) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     found = []
     for shift in (0, 1):

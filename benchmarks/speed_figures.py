@@ -20,13 +20,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models
 from vllm_kimi_eagle.tools import spec_metrics, vllm_server
-from vllm_kimi_eagle.tools.evaluation.tasks import TINY_DATA
+from vllm_kimi_eagle.tools.evaluation.tasks import tiny_data
 
 STEPS = "vllm:inter_token_latency_seconds"
 
 
 def prompts() -> list[str]:
-    with open(TINY_DATA) as f:
+    with open(tiny_data()) as f:
         rows = [json.loads(line) for line in f][:8]
     return [f"What is the correct answer to this question:{r['Question']}\nChoices:\n"
             f"(A) {r['Correct Answer']}\n(B) {r['Incorrect Answer 1']}\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,9 +27,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def doc_pages() -> list[str]:
-    """README.md and every page of docs/, the user's documentation."""
+    """README.md, eval/README.md and every page of docs/, the user's documentation."""
     docs = os.path.join(REPO, "docs")
-    return [os.path.join(REPO, "README.md"),
+    return [os.path.join(REPO, "README.md"), os.path.join(REPO, "eval", "README.md"),
             *sorted(os.path.join(docs, n) for n in os.listdir(docs) if n.endswith(".md"))]
 
 
@@ -522,3 +523,29 @@ def save_tensors(dest: str, tensors: dict) -> str:
     path = os.path.join(dest, "model.safetensors")
     save_file(tensors, path, metadata={"format": "pt"})
     return path
+
+
+def docs_bash_block(*needles: str) -> str:
+    """The one bash block of the docs that holds every needle."""
+    blocks = [b for b in re.findall(r"```bash\n(.*?)```", docs_text(), re.S)
+              if all(n in b for n in needles)]
+    assert len(blocks) == 1, f"{len(blocks)} bash blocks of the docs hold {needles}"
+    return blocks[0]
+
+
+def lm_eval_output(folder) -> dict:
+    """What lm-eval wrote under an --output_path with --log_samples, one task: its numeric
+    metrics and the generated answer of every document."""
+    import glob
+
+    (results,) = glob.glob(os.path.join(str(folder), "*", "results_*.json"))
+    (samples,) = glob.glob(os.path.join(str(folder), "*", "samples_*.jsonl"))
+    with open(results) as f:
+        (metrics,) = json.load(f)["results"].values()
+    answers = {}
+    with open(samples) as f:
+        for line in f:
+            sample = json.loads(line)
+            answers.setdefault(sample["doc_id"], sample["resps"][0][0])
+    return {"metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))},
+            "answers": answers}

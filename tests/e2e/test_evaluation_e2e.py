@@ -10,7 +10,14 @@ import sys
 
 import pytest
 
-from tests.helpers import BASE_ENV, CLI_MODULE, docs_text, run_cli
+from tests.helpers import (
+    BASE_ENV,
+    CLI_MODULE,
+    REPO,
+    docs_bash_block,
+    lm_eval_output,
+    run_cli,
+)
 from vllm_kimi_eagle.tools import vllm_server
 from vllm_kimi_eagle.tools.evaluation.tasks import TINY_TASK
 
@@ -25,9 +32,7 @@ def _report(out) -> dict:
 
 def _readme_offline_eval() -> str:
     """The docs' offline eval command (the bash block that runs kimi_eagle_gpqa_tiny)."""
-    blocks = re.findall(r"```bash\n(.*?)```", docs_text(), re.S)
-    (block,) = [b for b in blocks if TINY_TASK in b]
-    return block
+    return docs_bash_block("vllm-kimi-eagle eval", TINY_TASK)
 
 
 def test_readme_offline_eval_runs_as_written(tiny, tmp_path):
@@ -130,3 +135,42 @@ def test_startup_timeout_is_an_option_and_fails_with_the_log(tiny, tmp_path):
     assert proc.returncode == 2
     assert "not healthy after 2s" in proc.stderr and "--startup-timeout" in proc.stderr
     assert "server-without_draft.log ends with" in proc.stderr
+
+
+DOCUMENTED_URL = "URL=http://127.0.0.1:8000"
+
+
+def test_lm_eval_clients_give_the_same_answers_with_the_draft(shared_servers, tmp_path):
+    """lm-eval's local-chat-completions and local-completions, as docs/evaluation.md runs
+    them against a server (its block as written, pointed at the shared pair): the server
+    with the draft proposed drafts, the one without none, and both endpoints' greedy
+    answers and metrics are the same on both servers."""
+    block = docs_bash_block("local-chat-completions", TINY_TASK)
+    assert DOCUMENTED_URL in block
+    runs, verdicts = {}, {}
+    for name, server in shared_servers.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "eval").symlink_to(os.path.join(REPO, "eval"))
+        command = (block.replace(DOCUMENTED_URL, f"URL={server.base_url}")
+                   .replace("lm_eval run ", f"{sys.executable} -m lm_eval run ")
+                   .replace("python3 ", f"{sys.executable} "))
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=folder,
+                              env={**os.environ, **BASE_ENV}, capture_output=True, text=True,
+                              timeout=1200)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        verdicts[name] = proc.stdout.strip().splitlines()[-1]
+        runs[name] = {endpoint: lm_eval_output(folder / "out" / "lm-eval" / endpoint)
+                      for endpoint in ("chat", "completions")}
+    print(f"\n{verdicts}")
+    proposed = re.fullmatch(r"drafts (\d+), acceptance length ([\d.]+)", verdicts["draft"])
+    assert proposed, verdicts  # the server with the draft proposed drafts
+    drafts, length = proposed.groups()
+    assert int(drafts) > 0 and 1.0 < float(length) <= 4.0
+    assert verdicts["none"] == "no drafts proposed"
+    for endpoint in ("chat", "completions"):
+        base, spec = runs["none"][endpoint], runs["draft"][endpoint]
+        assert len(base["answers"]) == 12 and all(base["answers"].values())
+        assert spec["answers"] == base["answers"], endpoint
+        assert spec["metrics"] == base["metrics"], endpoint
+    assert runs["none"]["chat"]["answers"] != runs["none"]["completions"]["answers"]

@@ -5,6 +5,8 @@ tests/integration/test_cli_refusals.py; real servers: tests/e2e/test_evaluation_
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from vllm_kimi_eagle.tools.evaluation.measure import context_problem
@@ -12,18 +14,18 @@ from vllm_kimi_eagle.tools.evaluation.tasks import (
     TINY_TASK,
     EvalError,
     refusal,
+    task_folder,
     task_output_types,
-    tiny_task_yaml,
 )
 from vllm_kimi_eagle.tools.vllm_server import server_args
 
 
 @pytest.fixture(scope="module")
 def task_manager(tmp_path_factory):
-    """lm-eval's task index, with our offline task (built once: ~10 s on 2 cores)."""
+    """lm-eval's task index, with the project's tasks (built once: ~10 s on 2 cores)."""
     from lm_eval.tasks import TaskManager
 
-    return TaskManager(include_path=tiny_task_yaml(str(tmp_path_factory.mktemp("tasks"))))
+    return TaskManager(include_path=task_folder())
 
 
 @pytest.mark.parametrize("task, leaf, kind", [
@@ -69,3 +71,40 @@ def test_context_problem_gives_the_numbers():
     for words in ("900 tokens", "--max-tokens 16384", "17284 tokens", "max_model_len 8192",
                   "--server-arg=--max-model-len=17284", "lower --max-tokens to 7292"):
         assert words in message, message
+
+
+def test_the_tasks_come_from_the_checkouts_eval_folder(tmp_path):
+    """One source: in a checkout, eval/tasks; elsewhere the copy a wheel carries; neither
+    is an error that says where it looked."""
+    from tests.helpers import REPO
+
+    assert task_folder() == os.path.join(REPO, "eval", "tasks")
+    missing = (str(tmp_path / "a"), str(tmp_path / "b"))
+    with pytest.raises(EvalError, match=r"not installed: no kimi_eagle_gpqa_tiny/.* in .*a or"):
+        task_folder(missing)
+
+
+def test_the_tiny_task_asks_and_scores_as_lm_evals_gpqa_cot(task_manager):
+    """The tiny task's documents, prompt, target and metrics, as lm-eval builds them: the
+    same prompt, filters and metric as lm-eval's own gpqa_diamond_cot_zeroshot, choices in
+    an order fixed by the question (any process, any seed), the correct one's letter as
+    the target."""
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    tiny = task_manager.load([TINY_TASK])["tasks"][TINY_TASK]
+    gpqa = load_yaml(task_manager.task_index["gpqa_diamond_cot_zeroshot"].yaml_path,
+                     resolve_func=False)
+    ours = load_yaml(task_manager.task_index[TINY_TASK].yaml_path, resolve_func=False)
+    for key in ("output_type", "doc_to_text", "doc_to_target", "filter_list", "metric_list",
+                "generation_kwargs", "num_fewshot"):
+        assert ours[key] == gpqa[key], key
+    docs = list(tiny.validation_docs())
+    assert len(docs) == 12
+    first = docs[0]
+    assert first["choices"] == ["sunday", "tuesday", "friday", "wednesday"]
+    assert tiny.doc_to_target(first) == "(B)"
+    assert tiny.doc_to_text(first).startswith(
+        "What is the correct answer to this question:what day comes after monday\nChoices:\n"
+        "(A) sunday\n(B) tuesday\n")
+    for doc in docs:
+        assert doc["choices"][ord(doc["answer"][1]) - 65] == doc["Correct Answer"]

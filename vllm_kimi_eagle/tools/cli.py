@@ -55,6 +55,7 @@ TOOL_MODULES = {
     "gpu-check": "vllm_kimi_eagle.tools.gpu_check.cli",
     "soak": "vllm_kimi_eagle.tools.soak.cli",
     "eval": "vllm_kimi_eagle.tools.evaluation.cli",
+    "lm-eval": "vllm_kimi_eagle.tools.evaluation.lm_eval_cli",
 }
 
 
@@ -98,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "eval",
         help="lm-eval accuracy and acceptance with and without the draft (--help for options)",
+    )
+    commands.add_parser(
+        "lm-eval",
+        help="lm-eval's own command line (lm_eval ARGS), then the acceptance of a --model "
+             "vllm run from vLLM's counters",
     )
     commands.add_parser(
         "bench-e2e",

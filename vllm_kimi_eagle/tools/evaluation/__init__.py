@@ -18,6 +18,7 @@ no headline speedup.
 
 Only tasks that generate run the draft: a task whose lm-eval ``output_type`` is not
 ``generate_until`` (multiple choice, log-likelihood) is refused, with the reason.
-Offline, ``--task kimi_eagle_gpqa_tiny`` is a small GPQA-format task of our own
-(``data/gpqa_tiny.jsonl``) that reuses lm-eval's GPQA template.
+Offline, ``--task kimi_eagle_gpqa_tiny`` is a small GPQA-format task of our own, asked
+and scored as lm-eval's GPQA chain-of-thought tasks (``eval/tasks``, always on lm-eval's
+include path here; ``--include-path`` adds folders of your own tasks).
 """

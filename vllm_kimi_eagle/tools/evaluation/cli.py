@@ -16,8 +16,8 @@ from vllm_kimi_eagle.tools.evaluation.tasks import (
     TINY_TASK,
     EvalError,
     refusal,
+    task_folder,
     task_output_types,
-    tiny_task_yaml,
 )
 
 
@@ -28,7 +28,12 @@ def parse_args(argv):
     p.add_argument("--draft", help="draft model to serve with it")
     p.add_argument("--base-url", help="URL of a running server WITHOUT speculation")
     p.add_argument("--spec-url", help="URL of a running server WITH the draft")
-    p.add_argument("--task", default=DEFAULT_TASK)
+    p.add_argument("--task", default=DEFAULT_TASK,
+                   help=f"an lm-eval task that generates (default {DEFAULT_TASK}; offline: "
+                        f"{TINY_TASK}, from the project's eval/tasks)")
+    p.add_argument("--include-path", action="append", default=[],
+                   help="a folder of your own lm-eval task YAMLs (repeatable), as lm-eval's "
+                        "--include_path; the project's eval/tasks are always included")
     p.add_argument("--model-type", default="local-chat-completions",
                    choices=["local-chat-completions", "local-completions"])
     p.add_argument("--tokenizer", help="tokenizer for local-completions (default: target)")
@@ -65,12 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     args.tokenizer = args.tokenizer or args.target
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    include_path = tiny_task_yaml(os.path.join(out, "tasks")) if args.task == TINY_TASK else None
     try:
         from lm_eval.tasks import TaskManager
 
         say(f"reading lm-eval's task index for {args.task} ...")
-        task_manager = TaskManager(include_path=include_path)
+        task_manager = TaskManager(include_path=[task_folder(), *args.include_path])
         reason = refusal(args.task, task_output_types(task_manager, args.task))
         if reason:
             raise EvalError(reason)

@@ -7,8 +7,12 @@ import os
 
 DEFAULT_TASK = "gpqa_diamond_cot_zeroshot"
 TINY_TASK = "kimi_eagle_gpqa_tiny"
-TINY_DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "gpqa_tiny.jsonl")
 GENERATING = "generate_until"
+# The project's lm-eval tasks: eval/tasks in a checkout, the one source; a wheel carries a
+# copy built from it (setup.py).
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TASK_FOLDERS = (os.path.join(os.path.dirname(_PACKAGE), "eval", "tasks"),
+                os.path.join(_PACKAGE, "eval_tasks"))
 
 
 class EvalError(ValueError):
@@ -36,26 +40,20 @@ def refusal(task: str, output_types: dict[str, str]) -> str | None:
     )
 
 
-def tiny_task_yaml(folder: str) -> str:
-    """Write the offline GPQA-format task (lm-eval's template, our data) into folder."""
-    import lm_eval
+def task_folder(folders: tuple[str, ...] = TASK_FOLDERS) -> str:
+    """The folder of the project's lm-eval tasks (for lm-eval's include_path)."""
+    for folder in folders:
+        if os.path.isfile(os.path.join(folder, TINY_TASK, f"{TINY_TASK}.yaml")):
+            return folder
+    raise EvalError(f"the project's lm-eval tasks are not installed: no {TINY_TASK}/"
+                    f"{TINY_TASK}.yaml in {' or '.join(folders)}. Reinstall vllm-kimi-eagle "
+                    "(pip install --force-reinstall vllm-kimi-eagle), or run from a checkout, "
+                    "where they are in eval/tasks.")
 
-    template = os.path.join(os.path.dirname(lm_eval.__file__), "tasks", "gpqa",
-                            "cot_zeroshot", "_gpqa_cot_zeroshot_yaml")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"{TINY_TASK}.yaml")
-    with open(path, "w") as f:
-        f.write(
-            f"include: {template}\n"
-            f"task: {TINY_TASK}\n"
-            "tag: null\n"
-            "dataset_path: json\n"
-            "dataset_name: null\n"
-            "dataset_kwargs:\n"
-            "  data_files:\n"
-            f"    train: {TINY_DATA}\n"
-        )
-    return folder
+
+def tiny_data() -> str:
+    """The questions of the tiny GPQA-format task (GPQA's columns, one JSON per line)."""
+    return os.path.join(task_folder(), TINY_TASK, "gpqa_tiny.jsonl")
 
 
 def task_output_types(task_manager, task: str) -> dict[str, str]:

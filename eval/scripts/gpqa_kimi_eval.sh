@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# GPQA accuracy and acceptance for Kimi-K2.6 with and without its EAGLE3.1 MLA draft
-# (the command in docs/evaluation.md). Needs access to the gated dataset Idavidrein/gpqa
-# (huggingface-cli login). Either let the command start both servers (8 GPUs each, one
-# after the other; loading a 1T-parameter model can take long, hence --startup-timeout) ...
+# GPQA accuracy, acceptance and speedup for Kimi-K2.6 with and without its EAGLE3.1 MLA
+# draft, in one report: `vllm-kimi-eagle eval` (docs/evaluation.md). Needs access to the
+# gated dataset Idavidrein/gpqa (huggingface-cli login). Either let the command start both
+# servers (8 GPUs each, one after the other; loading a 1T-parameter model can take long,
+# hence --startup-timeout) ...
 # GPQA is text: --language-model-only keeps vLLM from building Kimi's vision tower in
 # both servers (same draft behaviour, less memory; docs/multimodal.md).
 set -euo pipefail
