@@ -167,6 +167,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_draft_e2e.py",
     "tests/e2e/test_calibrate_e2e.py",
     "tests/e2e/test_lm_eval_offline_e2e.py",
+    "tests/e2e/test_compare_e2e.py",
     "tests/e2e/test_trainer_exports_e2e.py",
     "tests/e2e/test_k25_e2e.py",
     "tests/e2e/test_greedy_shortcut_e2e.py",

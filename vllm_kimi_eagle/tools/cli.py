@@ -56,6 +56,7 @@ TOOL_MODULES = {
     "soak": "vllm_kimi_eagle.tools.soak.cli",
     "eval": "vllm_kimi_eagle.tools.evaluation.cli",
     "lm-eval": "vllm_kimi_eagle.tools.evaluation.lm_eval_cli",
+    "compare": "vllm_kimi_eagle.tools.compare.cli",
 }
 
 
@@ -104,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
         "lm-eval",
         help="lm-eval's own command line (lm_eval ARGS), then the acceptance of a --model "
              "vllm run from vLLM's counters",
+    )
+    commands.add_parser(
+        "compare",
+        help="serve one target with two or more speculative settings and compare them on "
+             "the same requests: per-request acceptance, a 95%% interval, the chat "
+             "template's cost (--help for options)",
     )
     commands.add_parser(
         "bench-e2e",

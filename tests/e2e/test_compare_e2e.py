@@ -1,0 +1,52 @@
+"""vllm-kimi-eagle compare on the tiny models: two drafts of known different quality on
+the same requests, with the chat template and without, against no draft."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.helpers import FP32, run_cli
+
+pytestmark = pytest.mark.engine
+
+
+def test_compare_ranks_two_drafts_and_shows_the_templates_cost(tiny, tmp_path):
+    """The base draft against EAGLE3.1 (offline acceptance about 2.2 against 2.7): the
+    ranking, its interval, the template's cost, and the per-request figures adding up to
+    the server's counters over the same requests."""
+    out = tmp_path / "compare"
+    proc = run_cli("compare", "--target", os.path.join(tiny, "target"),
+                   "--draft", os.path.join(tiny, "draft"),
+                   "--draft", os.path.join(tiny, "draft-eagle3.1"),
+                   "--tiny-prompts", "32", "--raw", "--max-tokens", "32", "--concurrency", "4",
+                   *[f"--server-arg={a}" for a in FP32], "--out", str(out), timeout=1500)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads((out / "report.json").read_text())
+    print("\n" + (out / "report.md").read_text())
+    assert (out / "report.png").stat().st_size > 0
+    for name in ("draft", "draft-eagle3.1"):
+        for variant in ("sent", "raw"):
+            figures = report["runs"][name]["variants"][variant]
+            assert figures["window"]["drafts"] > 0, (name, variant)  # drafts were proposed
+            assert len(figures["requests"]) == 32
+            summary = report["summaries"][f"{name}/{variant}"]
+            assert summary["per_request"] and summary["distribution"]["requests"] == 32
+            # every request's figures, summed, are the server's counters over the window
+            assert summary["consistent"], (summary["summed"], summary["window"])
+    assert report["runs"]["no-draft"]["server_args"] == [
+        "--seed", "0", *FP32]  # vLLM refuses per-request figures without a draft
+    assert all(g["differ"] == [] and g["compared"] == 32 for g in report["greedy"].values())
+
+    (pair,) = report["comparisons"]
+    assert pair["settings"] == ["draft", "draft-eagle3.1"]
+    assert pair["difference"]["high"] < 0, pair  # EAGLE3.1 accepts more, interval and all
+    assert pair["verdict"].startswith("draft-eagle3.1 is higher than draft")
+    assert pair["verdict"] in proc.stdout
+
+    cost = report["template_cost"]["draft"]
+    print(cost["verdict"])
+    assert cost["difference"]["pairs"] == 32
+    assert cost["difference"]["low"] > 0 or cost["difference"]["high"] < 0, cost

@@ -1,0 +1,133 @@
+"""vllm-kimi-eagle compare without a server: the traffic it reads, the settings it
+parses, and what it concludes from answers (analysis.py). Real servers:
+tests/e2e/test_compare_e2e.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vllm_kimi_eagle.tools.compare import analysis, run, traffic
+from vllm_kimi_eagle.tools.compare.cli import parse_args
+
+
+def _write(tmp_path, lines) -> str:
+    path = tmp_path / "traffic.jsonl"
+    path.write_text("\n".join(json.dumps(x) if not isinstance(x, str) else x for x in lines))
+    return str(path)
+
+
+def test_each_form_of_request_is_read_as_the_client_sends_it(tmp_path):
+    path = _write(tmp_path, [
+        {"messages": [{"role": "system", "content": "be brief"},
+                      {"role": "user", "content": "count up from 3"}], "temperature": 0.7,
+         "max_completion_tokens": 20, "stream": True},
+        {"prompt": "list capitals"},
+        "",
+        {"conversations": [{"from": "system", "value": "s"}, {"from": "human", "value": "hi"},
+                           {"from": "gpt", "value": "hello"}]},
+    ])
+    chat, completion, sharegpt = traffic.read_jsonl(path)
+    assert chat.sampling == {"temperature": 0.7, "max_tokens": 20} and not chat.greedy
+    assert chat.raw_text() == "be brief\ncount up from 3"
+    assert completion.prompt == "list capitals" and completion.greedy
+    assert sharegpt.messages == ({"role": "user", "content": "hi"},)
+    assert chat.id.endswith("traffic.jsonl:1") and sharegpt.id.endswith(":4")
+    assert traffic.read_jsonl(path, limit=2) == [chat, completion]
+
+
+def test_the_endpoint_and_body_of_each_variant():
+    chat = traffic.Request("a", messages=({"role": "user", "content": "hi"},),
+                           sampling={"max_tokens": 5})
+    path, body = traffic.body(chat, "m", raw=False, max_tokens=64)
+    assert path == "/v1/chat/completions" and body["messages"] == [{"role": "user",
+                                                                    "content": "hi"}]
+    assert body["max_tokens"] == 5 and body["temperature"] == 0.0  # the line's own wins
+    path, body = traffic.body(chat, "m", raw=True, max_tokens=64)
+    assert path == "/v1/completions" and body["prompt"] == "hi" and "messages" not in body
+
+
+@pytest.mark.parametrize("line, found", [
+    ('{"messages": []}', "no request in keys ['messages']"),
+    ('{"input": "x"}', "no request in keys ['input']"),
+    ('[1, 2]', "a request is a JSON object, found list"),
+    ('{"prompt": "x"', "not JSON"),
+])
+def test_a_bad_line_names_its_file_line_and_what_was_expected(tmp_path, line, found):
+    path = _write(tmp_path, ['{"prompt": "fine"}', line])
+    with pytest.raises(traffic.TrafficError) as err:
+        traffic.read_jsonl(path)
+    assert f"{path}:2: " in str(err.value) and found in str(err.value)
+
+
+def test_settings_from_drafts_configs_and_environments():
+    chosen = run.settings(
+        ['nope={"method": "eagle3", "model": "/m/k3", "num_speculative_tokens": 2}'],
+        ["/m/draft", "/m/draft-eagle3.1/"], 3,
+        ["draft:VLLM_KIMI_EAGLE_LAYER_IDS=output-of"])
+    assert [s.name for s in chosen] == ["draft", "draft-eagle3.1", "nope"]
+    assert chosen[0].speculative == {"method": "eagle3", "model": "/m/draft",
+                                     "num_speculative_tokens": 3}
+    assert chosen[0].env == {"VLLM_KIMI_EAGLE_LAYER_IDS": "output-of"}
+    assert chosen[2].speculative["num_speculative_tokens"] == 2 and chosen[2].env == {}
+    assert run.settings(["off=none"], [], 3, [])[0].speculative is None
+
+
+@pytest.mark.parametrize("configs, drafts, envs, message", [
+    ([], ["/a/draft", "/b/draft"], [], "must be unique .*: draft"),
+    (["no-draft=none"], [], [], "must be unique and not 'no-draft'"),
+    (["x"], [], [], "expected NAME=JSON"),
+    (["x={bad"], [], [], "--config x: not JSON"),
+    (["x=[1]"], [], [], "a JSON object, found list"),
+    ([], ["/a/d"], ["e:V=1"], "--env names no setting: e"),
+    ([], ["/a/d"], ["d=V"], "expected NAME:VAR=VALUE"),
+    ([], [], [], "nothing to compare"),
+])
+def test_settings_refused_say_why(configs, drafts, envs, message):
+    with pytest.raises(ValueError, match=message):
+        run.settings(configs, drafts, 3, envs)
+
+
+def test_the_command_line_needs_traffic_and_refuses_bad_settings(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--target", "t", "--draft", "d"])
+    assert "one of the arguments --prompts --tiny-prompts is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--target", "t", "--tiny-prompts", "4"])
+    assert "nothing to compare" in capsys.readouterr().err
+
+
+def _answers(texts, histograms, greedy=True):
+    return {"requests": [
+        {"id": str(i), "greedy": greedy, "text": t, "output_tokens": 4,
+         "acceptance": None if h is None else {
+             "histogram": h, "draft_tokens": 3 * sum(h),
+             "acceptance_length": 1 + sum(j * c for j, c in enumerate(h)) / sum(h)}}
+        for i, (t, h) in enumerate(zip(texts, histograms))],
+        "tokens_per_s": 10.0, "window": {}}
+
+
+def test_the_analysis_pairs_requests_and_checks_greedy_answers():
+    none = {"variants": {"sent": _answers(["a", "b", "c"], [None] * 3)}}
+    good = {"variants": {"sent": _answers(["a", "b", "c"], [[0, 0, 1, 3], [0, 1, 0, 3],
+                                                          [0, 0, 0, 4]])}}
+    weak = {"variants": {"sent": _answers(["a", "x", "c"], [[2, 2, 0, 0], [3, 1, 0, 0],
+                                                          [1, 3, 0, 0]])}}
+    runs = {run.NO_DRAFT: none, "good": good, "weak": weak}
+    (pair,) = analysis.comparisons(runs)
+    assert pair["settings"] == ["good", "weak"] and pair["difference"]["low"] > 0
+    assert pair["verdict"].startswith("good is higher than weak")
+    greedy = analysis.greedy_agreement(runs)
+    assert greedy == {"good/sent": {"compared": 3, "differ": []},
+                      "weak/sent": {"compared": 3, "differ": ["1"]}}
+    assert analysis.speedups(runs) == {"good/sent": 1.0, "weak/sent": 1.0}
+
+
+def test_per_request_sums_are_checked_against_the_window():
+    answers = _answers(["a", "b"], [[0, 1, 1, 1], [1, 0, 0, 1]])
+    summed = analysis.summary({**answers, "window": {}}, k=3)["summed"]
+    assert analysis.summary({**answers, "window": summed}, k=3)["consistent"]
+    off = {**summed, "drafts": summed["drafts"] + 1}
+    assert not analysis.summary({**answers, "window": off}, k=3)["consistent"]
+    assert analysis.summary(_answers(["a"], [None]), k=3)["per_request"] is False

@@ -1,0 +1,103 @@
+"""Per-request acceptance (tools/request_metrics.py) and the paired statistics
+(tools/paired.py): what a response carries, how requests add up to the server's
+counters, the distribution, and the verdicts a user reads."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from packaging.version import Version
+
+from vllm_kimi_eagle.tools import paired, request_metrics
+from vllm_kimi_eagle.tools.request_metrics import RequestAcceptance
+
+RESPONSE = {"choices": [{"text": "x"}], "metrics": {"speculative_decoding": {
+    "mean_acceptance_length": 2.5, "draft_acceptance_rate": 0.5,
+    "acceptance_histogram": [1, 1, 1, 1], "num_spec_steps": 4,
+    "num_accepted_draft_tokens": 6, "num_draft_tokens": 12, "num_spec_tokens": 3}}}
+
+
+def test_a_response_gives_its_histogram_and_the_figures_vllm_derives():
+    found = request_metrics.from_response(RESPONSE)
+    assert found == RequestAcceptance((1, 1, 1, 1), 12)
+    figures = RESPONSE["metrics"]["speculative_decoding"]
+    assert found.steps == figures["num_spec_steps"]
+    assert found.accepted == figures["num_accepted_draft_tokens"]
+    assert found.acceptance_length == figures["mean_acceptance_length"]
+    # position i is accepted by the steps that accepted more than i tokens
+    assert found.accepted_per_position() == [3, 2, 1]
+
+
+@pytest.mark.parametrize("body", [{"choices": []}, {"metrics": None},
+                                  {"metrics": {"speculative_decoding": None}}])
+def test_a_response_without_figures_gives_none(body):
+    assert request_metrics.from_response(body) is None
+
+
+def test_requests_add_up_as_the_servers_counters_count():
+    requests = [RequestAcceptance((1, 1, 1, 1), 12), RequestAcceptance((0, 2, 0, 3), 15),
+                RequestAcceptance((0, 0, 0, 0), 0)]  # a request that never drafted
+    total = request_metrics.counters(requests)
+    assert (total.drafts, total.draft_tokens, total.accepted) == (9, 27, 6 + 11)
+    assert total.accepted_per_pos == {0: 3 + 5, 1: 2 + 3, 2: 1 + 3}
+    assert total.summary()["acceptance_length"] == round(1 + 17 / 9, 4)
+
+
+def test_the_distribution_has_percentiles_and_a_histogram_of_every_request():
+    requests = [RequestAcceptance((4 - j, 0, 0, j), 12) for j in range(5)]  # 1.0 .. 4.0
+    d = request_metrics.distribution(requests, k=3)
+    assert d["requests"] == 5 and d["mean"] == 2.5
+    assert (d["p10"], d["p50"], d["p90"]) == (1.3, 2.5, 3.7)
+    assert d["histogram"]["counts"] == [1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1]
+    assert sum(d["histogram"]["counts"]) == d["requests"]
+    assert request_metrics.distribution([RequestAcceptance((0, 0), 0)], k=1) == {"requests": 0}
+
+
+def test_started_servers_ask_for_the_figures_only_with_a_draft_and_a_release_that_has_them():
+    assert request_metrics.server_args(True, Version("0.32.0")) == [
+        "--per-request-spec-decode-metrics", "summary"]
+    assert request_metrics.server_args(False, Version("0.32.0")) == []  # vLLM refuses it
+    assert request_metrics.server_args(True, Version("0.28.0")) == []
+
+
+def test_a_clear_difference_is_named_with_its_interval():
+    rng = random.Random(1)
+    better = [2.8 + rng.gauss(0, 0.2) for _ in range(16)]
+    worse = [b - 0.5 + rng.gauss(0, 0.1) for b in better]
+    d = paired.paired_difference(better, worse)
+    assert 0 < d["low"] < d["mean"] < d["high"] and d["mean"] == pytest.approx(0.5, abs=0.1)
+    line = paired.verdict("A", "B", d, "acceptance length")
+    assert line.startswith("A is higher than B in acceptance length by 0.")
+    assert "(95%, 16 requests paired)" in line
+    assert paired.verdict("B", "A", paired.paired_difference(worse, better),
+                          "x").startswith("A is higher than B in x")
+
+
+def test_pairing_sees_what_two_unpaired_means_would_not():
+    """Requests differ far more from each other than the settings do: the per-request
+    difference is small but steady, so pairing tells the settings apart."""
+    rng = random.Random(2)
+    base = [rng.uniform(1.5, 3.5) for _ in range(24)]
+    a = [x + 0.06 + rng.gauss(0, 0.02) for x in base]
+    d = paired.paired_difference(a, base)
+    assert d["low"] > 0
+
+
+def test_an_undecided_difference_says_how_many_requests_would_tell():
+    rng = random.Random(3)
+    a = [rng.gauss(2.5, 0.5) for _ in range(8)]
+    b = [x + rng.gauss(0.02, 0.5) for x in a]
+    d = paired.paired_difference(a, b)
+    assert d["low"] < 0 < d["high"]
+    line = paired.verdict("A", "B", d, "acceptance length")
+    assert line.startswith("A and B are not distinguishable in acceptance length with 8 "
+                           "requests: about ")
+    assert d["pairs_needed"] > 8
+    same = paired.paired_difference([2.0, 2.5], [2.0, 2.5])
+    assert "no difference was seen at all" in paired.verdict("A", "B", same, "x")
+
+
+def test_unpaired_figures_are_refused():
+    with pytest.raises(ValueError, match="the same requests on both sides"):
+        paired.paired_difference([1.0, 2.0], [1.0])

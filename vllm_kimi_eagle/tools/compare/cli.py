@@ -1,0 +1,104 @@
+"""``vllm-kimi-eagle compare``: the command line (see the package docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from vllm_kimi_eagle.tools import model_source, request_metrics, vllm_server
+from vllm_kimi_eagle.tools.compare import __doc__ as DESCRIPTION
+from vllm_kimi_eagle.tools.compare import analysis, report, run, traffic
+from vllm_kimi_eagle.tools.progress import say
+from vllm_kimi_eagle.vllm_compat import installed_vllm_version
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="vllm-kimi-eagle compare", description=DESCRIPTION,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--target", required=True, help="target model (path or hub id) to serve")
+    p.add_argument("--draft", action="append", default=[],
+                   help="a draft to compare (repeatable): EAGLE3 at --num-speculative-tokens, "
+                        "named by its folder")
+    p.add_argument("--config", action="append", default=[],
+                   help="a setting to compare (repeatable): NAME=JSON, a whole "
+                        "--speculative-config, or NAME=none")
+    p.add_argument("--env", action="append", default=[],
+                   help="an environment variable of one setting's server (repeatable): "
+                        "NAME:VAR=VALUE, e.g. base:VLLM_KIMI_EAGLE_LAYER_IDS=output-of")
+    p.add_argument("--num-speculative-tokens", type=int, default=3, help="k of --draft")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompts", help="your traffic: a JSONL of OpenAI chat requests "
+                                          "(messages), completion prompts (prompt) or "
+                                          "ShareGPT conversations")
+    source.add_argument("--tiny-prompts", type=int, metavar="N",
+                        help="N chat prompts of the tiny models' own kind (for the tiny "
+                             "models only)")
+    p.add_argument("--limit", type=int, help="the first N requests of --prompts")
+    p.add_argument("--raw", action="store_true",
+                   help="also send each chat request's text without the chat template")
+    p.add_argument("--max-tokens", type=int, default=128,
+                   help="tokens per answer where a request sets none (default 128)")
+    p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--server-arg", action="append", default=[],
+                   help="extra argument for every server (repeatable), e.g. "
+                        "--server-arg=--tensor-parallel-size=8")
+    p.add_argument("--startup-timeout", type=float, default=vllm_server.DEFAULT_STARTUP_TIMEOUT)
+    p.add_argument("--out", default="out/compare")
+    args = p.parse_args(argv)
+    try:
+        args.settings = run.settings(args.config, args.draft, args.num_speculative_tokens,
+                                     args.env)
+    except ValueError as err:
+        p.error(str(err))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    target = model_source.local_folder(args.target, "--target")
+    try:
+        requests = (traffic.read_jsonl(args.prompts, args.limit) if args.prompts
+                    else traffic.tiny_requests(args.tiny_prompts))
+    except (OSError, traffic.TrafficError) as err:
+        print(f"vllm-kimi-eagle compare: {err}", file=sys.stderr)
+        return 2
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    version = installed_vllm_version()
+    notes = []
+    if not request_metrics.supported(version):
+        notes.append(report.FALLBACK.format(
+            why=f"vLLM {version} has no {request_metrics.FLAG} (from {request_metrics.FROM})"))
+        say(notes[-1])
+    everyone = [run.Setting(run.NO_DRAFT, None), *args.settings]
+    runs = {}
+    for number, setting in enumerate(everyone, 1):
+        say(f"setting {number}/{len(everyone)}: {setting.name}")
+        runs[setting.name] = run.serve_and_send(setting, target, requests, args, out, version)
+    k = max((s.speculative or {}).get("num_speculative_tokens", 1) for s in everyone)
+    summaries = {f"{name}/{variant}": analysis.summary(figures, k)
+                 for name, r in runs.items() if name != run.NO_DRAFT
+                 for variant, figures in r["variants"].items()}
+    for key, s in summaries.items():
+        if s["per_request"] and not s["consistent"]:
+            notes.append(f"{key}: the per-request figures summed ({s['summed']}) differ from "
+                         f"the server's counters over the same requests ({s['window']})")
+        elif not s["per_request"] and request_metrics.supported(version):
+            notes.append(f"{key}: " + report.FALLBACK.format(why="the responses carried none"))
+    greedy = analysis.greedy_agreement(runs)
+    for key, g in greedy.items():
+        if g["differ"]:
+            notes.append(f"{key}: {len(g['differ'])} of {g['compared']} greedy answers differ "
+                         f"from the server without a draft: {', '.join(g['differ'][:8])}")
+    result = {
+        "target": target, "requests": len(requests), "max_tokens": args.max_tokens,
+        "concurrency": args.concurrency, "k": k, "vllm": str(version), "runs": runs,
+        "summaries": summaries, "comparisons": analysis.comparisons(runs),
+        "template_cost": analysis.template_cost(runs), "greedy": greedy,
+        "speedups": analysis.speedups(runs), "notes": notes,
+    }
+    paths = report.write(result, out)
+    print(report.markdown(result))
+    print(f"wrote {', '.join(paths)}")
+    return 0

@@ -1,0 +1,146 @@
+"""The servers of ``compare``, one after another, and what each answered."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from vllm_kimi_eagle.tools import request_metrics, spec_metrics, vllm_server
+from vllm_kimi_eagle.tools.compare.traffic import Request, body
+from vllm_kimi_eagle.tools.progress import say
+
+NO_DRAFT = "no-draft"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One way to serve the target: a speculative config (None: no draft) and the
+    environment variables it differs by (e.g. VLLM_KIMI_EAGLE_LAYER_IDS)."""
+    name: str
+    speculative: dict | None
+    env: dict = field(default_factory=dict)
+
+
+def variants(requests: list[Request], raw: bool) -> list[str]:
+    """"sent": each request as the user sends it; "raw": chat requests' text again,
+    without the chat template (with --raw)."""
+    has_chat = any(r.messages is not None for r in requests)
+    return ["sent", "raw"] if raw and has_chat else ["sent"]
+
+
+def send_all(server: vllm_server.Server, model: str, requests: list[Request], raw: bool,
+             max_tokens: int, concurrency: int, label: str) -> dict:
+    """Every request once, ``concurrency`` at a time, between two /metrics scrapes."""
+    chosen = [r for r in requests if not raw or r.messages is not None]
+
+    def one(request: Request) -> dict:
+        path, payload = body(request, model, raw, max_tokens)
+        answer = server.post(path, payload)
+        choice = answer["choices"][0]
+        acceptance = request_metrics.from_response(answer)
+        return {"id": request.id, "greedy": request.greedy,
+                "text": choice.get("text", (choice.get("message") or {}).get("content")),
+                "output_tokens": answer["usage"]["completion_tokens"],
+                "acceptance": None if acceptance is None else {
+                    "histogram": list(acceptance.histogram),
+                    "draft_tokens": acceptance.draft_tokens,
+                    "acceptance_length": acceptance.acceptance_length}}
+
+    before = server.scrape()
+    started = time.perf_counter()
+    answered = []
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        for done, result in enumerate(pool.map(one, chosen), 1):
+            answered.append(result)
+            if done % max(1, len(chosen) // 4) == 0 or done == len(chosen):
+                say(f"[{label}] {done}/{len(chosen)} requests answered")
+    seconds = time.perf_counter() - started
+    window = server.scrape() - before
+    tokens = sum(r["output_tokens"] for r in answered)
+    return {"requests": answered, "seconds": round(seconds, 3),
+            "output_tokens": tokens, "tokens_per_s": round(tokens / seconds, 2),
+            "window": spec_metrics.spec_counters(window).summary()}
+
+
+def serve_and_send(setting: Setting, target: str, requests: list[Request], args,
+                   out: str, version) -> dict:
+    """One setting: its server started, every variant of the traffic sent, stopped."""
+    speculative = setting.speculative is not None
+    extra = vllm_server.server_args(args.server_arg)
+    extra += request_metrics.server_args(speculative, version)
+    log = os.path.join(out, f"server-{setting.name}.log")
+    say(f"[{setting.name}] starting vLLM for {target} (log: {log})")
+    result = {"speculative_config": setting.speculative, "env": setting.env,
+              "server_args": extra, "variants": {}}
+    env = {**vllm_server.default_env(), **setting.env}
+    with vllm_server.running_server(target, log, setting.speculative, extra, env=env,
+                                    startup_timeout=args.startup_timeout) as server:
+        model = server.model_name()
+        path, payload = body(requests[0], model, False, args.max_tokens)
+        server.post(path, payload)  # a warm-up request, outside every window
+        for variant in variants(requests, args.raw):
+            result["variants"][variant] = send_all(
+                server, model, requests, variant == "raw", args.max_tokens,
+                args.concurrency, f"{setting.name}, {variant}")
+    return result
+
+
+def parse_setting(text: str, envs: dict[str, dict]) -> Setting:
+    """NAME=JSON (a speculative config) or NAME=none."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise ValueError(f"--config {text!r}: expected NAME=JSON (a speculative config, "
+                         "e.g. base='{\"method\": \"eagle3\", \"model\": \"DRAFT\", "
+                         "\"num_speculative_tokens\": 3}') or NAME=none")
+    if value.strip().lower() == "none":
+        return Setting(name, None, envs.get(name, {}))
+    try:
+        config = json.loads(value)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--config {name}: not JSON ({err.msg} at column {err.colno}): "
+                         f"{value!r}") from err
+    if not isinstance(config, dict):
+        raise ValueError(f"--config {name}: a speculative config is a JSON object, found "
+                         f"{type(config).__name__}")
+    return Setting(name, config, envs.get(name, {}))
+
+
+def parse_envs(entries: list[str]) -> dict[str, dict]:
+    """NAME:VAR=VALUE entries, by setting name."""
+    envs: dict[str, dict] = {}
+    for entry in entries:
+        name, sep, assignment = entry.partition(":")
+        var, eq, value = assignment.partition("=")
+        if not (sep and eq and name and var):
+            raise ValueError(f"--env {entry!r}: expected NAME:VAR=VALUE, e.g. "
+                             "base:VLLM_KIMI_EAGLE_LAYER_IDS=output-of")
+        envs.setdefault(name, {})[var] = value
+    return envs
+
+
+def settings(configs: list[str], drafts: list[str], k: int, env_entries: list[str]
+             ) -> list[Setting]:
+    """The settings compared, in the order given: --draft PATH (eagle3 at k, named by
+    the folder) and --config NAME=JSON; names are unique."""
+    envs = parse_envs(env_entries)
+    chosen = [Setting(os.path.basename(os.path.normpath(d)),
+                      {"method": "eagle3", "model": d, "num_speculative_tokens": k},
+                      envs.get(os.path.basename(os.path.normpath(d)), {})) for d in drafts]
+    chosen += [parse_setting(c, envs) for c in configs]
+    names = [s.name for s in chosen]
+    twice = sorted({n for n in names if names.count(n) > 1} | ({NO_DRAFT} & set(names)))
+    if twice:
+        raise ValueError(f"setting names must be unique and not {NO_DRAFT!r} (the server "
+                         f"without a draft every run starts): {', '.join(twice)}; name "
+                         "them with --config NAME=JSON")
+    unknown = sorted(set(envs) - set(names))
+    if unknown:
+        raise ValueError(f"--env names no setting: {', '.join(unknown)} (settings: "
+                         f"{', '.join(names)})")
+    if not chosen:
+        raise ValueError("nothing to compare: give --draft PATH or --config NAME=JSON, once "
+                         "or more")
+    return chosen
