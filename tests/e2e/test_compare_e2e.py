@@ -5,25 +5,28 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
-from tests.helpers import FP32, run_cli
+from tests.helpers import BASE_ENV, CLI_MODULE, docs_bash_block
 
 pytestmark = pytest.mark.engine
 
 
 def test_compare_ranks_two_drafts_and_shows_the_templates_cost(tiny, tmp_path):
-    """The base draft against EAGLE3.1 (offline acceptance about 2.2 against 2.7): the
-    ranking, its interval, the template's cost, and the per-request figures adding up to
-    the server's counters over the same requests."""
-    out = tmp_path / "compare"
-    proc = run_cli("compare", "--target", os.path.join(tiny, "target"),
-                   "--draft", os.path.join(tiny, "draft"),
-                   "--draft", os.path.join(tiny, "draft-eagle3.1"),
-                   "--tiny-prompts", "32", "--raw", "--max-tokens", "32", "--concurrency", "4",
-                   *[f"--server-arg={a}" for a in FP32], "--out", str(out), timeout=1500)
+    """The base draft against EAGLE3.1 (offline acceptance about 2.2 against 2.7), by the
+    docs' command as written: the ranking, its interval, the template's cost, and the
+    per-request figures adding up to the server's counters over the same requests."""
+    command = docs_bash_block("vllm-kimi-eagle compare", "--tiny-prompts")
+    command = command.replace(".venv/bin/vllm-kimi-eagle", f"{sys.executable} -m {CLI_MODULE}")
+    command = command.replace("python3 ", f"{sys.executable} ")
+    env = {k: v for k, v in {**os.environ, **BASE_ENV}.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=1500)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    out = tmp_path / "out" / "compare"
     report = json.loads((out / "report.json").read_text())
     print("\n" + (out / "report.md").read_text())
     assert (out / "report.png").stat().st_size > 0
@@ -36,8 +39,10 @@ def test_compare_ranks_two_drafts_and_shows_the_templates_cost(tiny, tmp_path):
             assert summary["per_request"] and summary["distribution"]["requests"] == 32
             # every request's figures, summed, are the server's counters over the window
             assert summary["consistent"], (summary["summed"], summary["window"])
-    assert report["runs"]["no-draft"]["server_args"] == [
-        "--seed", "0", *FP32]  # vLLM refuses per-request figures without a draft
+    assert report["runs"]["no-draft"]["server_args"] == [  # vLLM refuses per-request
+        "--seed", "0", "--dtype=float32", "--enforce-eager"]  # figures without a draft
+    assert report["runs"]["draft"]["server_args"][-2:] == [
+        "--per-request-spec-decode-metrics", "summary"]
     assert all(g["differ"] == [] and g["compared"] == 32 for g in report["greedy"].values())
 
     (pair,) = report["comparisons"]

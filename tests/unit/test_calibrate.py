@@ -183,3 +183,54 @@ def test_the_written_copy_serves_the_calibrated_base_wherever_the_config_wrote_i
                str(tmp_path / "copy"))
     record = read_draft_config(str(tmp_path / "copy"))
     assert record.config_rope_theta == 10000.0 and record.rope_disagreements == []
+
+
+def _change():
+    from vllm_kimi_eagle.tools.calibrate.decision import CHANGE
+
+    return {"status": CHANGE, "row": 1, "beats_current": True, "ahead": 0.99,
+            "difference": [0.02, 0.1], "why": "output-of leads offline"}
+
+
+def _served_rows(ours: list[float], today: list[float]) -> list[dict]:
+    def online(values):
+        return {"acceptance_length": round(sum(values) / len(values), 4),
+                "acceptance_by_position": [], "drafts": 100, "per_prompt": values}
+
+    return [{"reading": "input-of", "online": online(today)},
+            {"reading": "output-of", "online": online(ours)}]
+
+
+def test_served_the_change_is_judged_prompt_by_prompt():
+    """The true reading ahead by 0.06 on every prompt, in prompts that differ far more
+    from each other: its served mean can trail by chance, the paired interval cannot."""
+    import random
+
+    from vllm_kimi_eagle.tools.calibrate.decision import CHANGE, UNDECIDED, recheck_online
+
+    rng = random.Random(5)
+    today = [rng.uniform(1.6, 3.4) for _ in range(24)]
+    ours = [t + 0.06 + rng.gauss(0, 0.03) for t in today]
+    rows = _served_rows(ours, today)
+    kept = recheck_online(_change(), rows, current=0)
+    assert kept["status"] == CHANGE and kept["online_difference"]["low"] > 0
+    assert "prompt by prompt, output-of minus today's +0.0" in kept["why"]
+    # A served mean that trails by chance (the aggregate rule withdrew such changes):
+    rows[1]["online"]["acceptance_length"] = rows[0]["online"]["acceptance_length"] - 0.01
+    assert recheck_online(_change(), rows, current=0)["status"] == CHANGE
+    # Served figures that put today's reading ahead withdraw it, with the interval:
+    rows = _served_rows(today, ours)
+    withdrawn = recheck_online(_change(), rows, current=0)
+    assert withdrawn["status"] == UNDECIDED and withdrawn["row"] == 0
+    assert withdrawn["online_difference"]["high"] < 0 and "today's reading stays" in withdrawn["why"]
+
+
+def test_without_per_request_figures_the_served_means_decide():
+    from vllm_kimi_eagle.tools.calibrate.decision import CHANGE, UNDECIDED, recheck_online
+
+    rows = _served_rows([2.5, 2.5], [2.4, 2.4])
+    for row in rows:
+        row["online"]["per_prompt"] = None  # vLLM before 0.29
+    assert recheck_online(_change(), rows, current=0)["status"] == CHANGE
+    rows[1]["online"]["acceptance_length"] = 2.3
+    assert recheck_online(_change(), rows, current=0)["status"] == UNDECIDED

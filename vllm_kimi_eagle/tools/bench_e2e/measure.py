@@ -173,13 +173,12 @@ class LiveServers:
 def run(args, grid: dict, out: str, schedule: bool = False) -> dict:
     """Every window of the grid, then (``schedule``) the derived k schedule against no
     speculation and the best fixed k. Returns cells, windows and the schedule part."""
-    from tqdm import tqdm
+    from vllm_kimi_eagle.tools.progress import bar
 
     configs = grid["configs"]
     order = window_order(grid["k"], grid["concurrency"], grid["repeats"], configs,
                          grid["max_servers"])
-    progress = tqdm(total=len(order), desc="bench-e2e windows", unit="window",
-                    file=sys.stderr, dynamic_ncols=True)
+    progress = bar(len(order), "bench-e2e windows", "window")
     live = LiveServers(args, grid, out, progress)
     windows: list[dict] = []
     result: dict = {}

@@ -190,8 +190,9 @@ def confirm(rows: list[dict], readings: list[Reading], which: list[int], draft: 
         if not result.get("drafts"):
             raise CalibrationError(f"serving {readings[i].name} proposed no draft; see "
                                    f"{copy}.log")
-        rows[i]["online"] = {key: result[key] for key in
-                             ("acceptance_length", "acceptance_by_position", "drafts")}
+        rows[i]["online"] = {key: result.get(key) for key in
+                             ("acceptance_length", "acceptance_by_position", "drafts",
+                              "per_prompt")}
         say(f"confirm: {readings[i].name}: online acceptance {result['acceptance_length']} "
             f"(engine start {result['start_s']} s)")
 
@@ -282,7 +283,9 @@ def calibrate(args) -> int:
                         "acceptance_length": rows[chosen]["acceptance_length"],
                         "online": rows[chosen].get("online"), "status": decision["status"],
                         "beats_current": decision["beats_current"],
-                        "difference": decision["difference"], "why": decision["why"]},
+                        "difference": decision["difference"],
+                        "online_difference": decision.get("online_difference"),
+                        "why": decision["why"]},
     }
     say(format_table(rows, current, chosen))
     with open(os.path.join(out, "calibrate.json"), "w") as f:

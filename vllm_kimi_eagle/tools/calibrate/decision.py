@@ -67,15 +67,44 @@ def decide(rows: list[dict], current: int | None, samples: dict,
                    "(--max-prompts, --time-budget) would decide it"}
 
 
+def online_difference(ours: dict, theirs: dict) -> dict | None:
+    """The served readings' per-prompt acceptance lengths compared pair by pair (vLLM's
+    per-request figures), or None where the release gives none."""
+    from vllm_kimi_eagle.tools import paired
+
+    a, b = ours.get("per_prompt"), theirs.get("per_prompt")
+    if not a or not b or len(a) != len(b):
+        return None
+    pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
+    if not pairs:
+        return None
+    return paired.paired_difference([x for x, _ in pairs], [y for _, y in pairs])
+
+
 def recheck_online(decision: dict, rows: list[dict], current: int | None) -> dict:
-    """A recommendation to change stands only if vLLM's own counters agree with it."""
+    """A recommendation to change stands unless vLLM's own figures contradict it: served,
+    the two readings are compared prompt by prompt (a paired interval), and the change
+    is withdrawn only when that interval puts today's reading ahead. Without per-request
+    figures (vLLM before 0.29), the served means must agree."""
     chosen = decision["row"]
     if decision["status"] != CHANGE or current is None:
         return decision
     ours, theirs = rows[chosen]["online"], rows[current]["online"]
+    served = (f"online {ours['acceptance_length']} vs {theirs['acceptance_length']}")
+    difference = online_difference(ours, theirs)
+    if difference is not None:
+        interval = (f"served, prompt by prompt, {rows[chosen]['reading']} minus today's "
+                    f"{difference['mean']:+.3f} (95% {difference['low']:+.3f} to "
+                    f"{difference['high']:+.3f}, {difference['pairs']} prompts)")
+        if difference["high"] >= 0:
+            return dict(decision, online_difference=difference,
+                        why=f"{decision['why']}; {served}; {interval}")
+        return dict(decision, status=UNDECIDED, row=current, beats_current=False,
+                    online_difference=difference,
+                    why=f"offline {rows[chosen]['reading']} led, but {interval}: today's "
+                        "reading stays")
     if ours["acceptance_length"] > theirs["acceptance_length"]:
-        return dict(decision, why=decision["why"] + f"; online {ours['acceptance_length']} vs "
-                                                    f"{theirs['acceptance_length']}")
+        return dict(decision, why=f"{decision['why']}; {served}")
     return dict(decision, status=UNDECIDED, row=current, beats_current=False,
                 why=f"offline {rows[chosen]['reading']} led, but served by vLLM it "
                     f"reached {ours['acceptance_length']} against today's "

@@ -105,10 +105,15 @@ def serve(spec: dict) -> dict:
 
     from vllm_kimi_eagle.tools import spec_metrics, vllm_server
 
+    from vllm_kimi_eagle.tools import request_metrics
+    from vllm_kimi_eagle.vllm_compat import installed_vllm_version
+
+    per_request = request_metrics.supported(installed_vllm_version())
     started = time.perf_counter()
     llm = LLM(model=spec["target"], seed=0, disable_log_stats=False,
               speculative_config={"method": "eagle3", "model": spec["draft"],
                                   "num_speculative_tokens": spec["k"]},
+              **({"per_request_spec_decode_metrics": "summary"} if per_request else {}),
               **spec.get("engine_args", {}))
     start_s = time.perf_counter() - started
     try:
@@ -118,7 +123,18 @@ def serve(spec: dict) -> dict:
     finally:
         vllm_server.stop_engine(llm)
     return {"start_s": round(start_s, 1),
-            "token_ids": [list(o.outputs[0].token_ids) for o in outputs], **counters.summary()}
+            "token_ids": [list(o.outputs[0].token_ids) for o in outputs], **counters.summary(),
+            "per_prompt": [_acceptance_length(o.outputs[0]) for o in outputs]
+            if per_request else None}
+
+
+def _acceptance_length(completion) -> float | None:
+    """One sequence's acceptance length (vLLM's per-request figures), or None."""
+    figures = getattr(completion, "spec_decode_metrics", None)
+    steps = sum(figures.histogram) if figures else 0
+    if not steps:
+        return None
+    return 1 + sum(j * c for j, c in enumerate(figures.histogram)) / steps
 
 
 def main(argv: list[str]) -> None:
