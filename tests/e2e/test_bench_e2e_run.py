@@ -43,6 +43,11 @@ def test_smallest_real_run_writes_cells_chart_verdict_and_schedule(tiny, tmp_pat
     assert plugin["batch"] == pytest.approx(1.0, abs=0.05)
     assert plugin["speedup"] == pytest.approx(
         plugin["tokens_per_s"]["median"] / none["tokens_per_s"]["median"], rel=0.01)
+    # Every request's own acceptance (vLLM's per-request figures), on the speculating
+    # server only; one window of 4 requests, whose steps are the cell's counters.
+    assert none["per_request"] is None
+    assert plugin["per_request"]["requests"] == len(plugin["per_request"]["acceptance_lengths"]) == 4
+    assert plugin["per_request"]["p10"] <= plugin["per_request"]["p50"] <= plugin["per_request"]["p90"]
     assert report["server_args"] == ["--seed", "0", "--enforce-eager"]
     assert (tmp_path / "bench-e2e.png").stat().st_size > 10_000
     assert "best k at concurrency 1:" in proc.stdout and "elapsed" in proc.stdout

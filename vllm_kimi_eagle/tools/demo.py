@@ -5,9 +5,10 @@ that costs what Kimi's does relative to a draft step: ``fixtures/kimi_cost.py``)
 with the draft and without it. Both servers stay up; in each of ``--rounds`` rounds the
 same greedy chat requests go to one and then the other, one request at a time (the order
 alternates between rounds), while the other server is frozen. Prints acceptance length
-and per-position acceptance (vLLM's counters), tokens/s both ways and the speedup as the
-median of the rounds' ratios with their range, whether the greedy outputs were
-identical, and one final JSON line.
+and per-position acceptance (vLLM's counters), the distribution of per-request acceptance
+(vLLM's per-request figures, where the release has them, checked to add up to the
+counters), tokens/s both ways and the speedup as the median of the rounds' ratios with
+their range, whether the greedy outputs were identical, and one final JSON line.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from contextlib import ExitStack
 
 from vllm_kimi_eagle.fixtures import corpus
 from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models
-from vllm_kimi_eagle.tools import spec_metrics, vllm_server
+from vllm_kimi_eagle.tools import request_metrics, spec_metrics, vllm_server
 from vllm_kimi_eagle.tools.progress import say
+from vllm_kimi_eagle.vllm_compat import installed_vllm_version
 
 # float32, the tiny checkpoints' own dtype (vLLM would serve them in bfloat16): "identical
 # outputs" then speaks of speculation, not of bfloat16 near-ties that flip when the
@@ -39,7 +41,8 @@ def window(server: vllm_server.Server, model: str, prompts: list[str], max_token
     seconds = time.perf_counter() - started
     return {"texts": [a["text"] for a in answers],
             "tokens_per_s": sum(a["completion_tokens"] for a in answers) / seconds,
-            "counters": server.spec_counters() - before}
+            "counters": server.spec_counters() - before,
+            "acceptances": [a["acceptance"] for a in answers]}
 
 
 def main(args) -> int:
@@ -55,8 +58,10 @@ def main(args) -> int:
         for name, speculative, log, port in ((SPEC, spec_config, "server-spec.log", args.port),
                                              (BASE, None, "server-base.log", 0)):
             say(f"starting {target} {name} speculation (log: {args.out}/{log})")
+            extra = SERVER_ARGS + request_metrics.server_args(bool(speculative),
+                                                              installed_vllm_version())
             server = stack.enter_context(vllm_server.running_server(
-                target, os.path.join(args.out, log), speculative, SERVER_ARGS, port,
+                target, os.path.join(args.out, log), speculative, extra, port,
                 vllm_server.default_env()))
             model = server.model_name()
             vllm_server.chat(server, model, prompts[0], 4)  # warm-up, not measured
@@ -89,6 +94,8 @@ def report(runs: dict, prompts: list[str], args, draft: str, target: str) -> int
           f"(1 + accepted/drafts, 3 speculative tokens, {acceptance['drafts']} drafts)")
     print("acceptance by position " + "  ".join(
         f"{i + 1}: {rate:.3f}" for i, rate in enumerate(acceptance["acceptance_by_position"])))
+    per_request = per_request_figures(runs[SPEC], counters)
+    print(f"per request            {per_request['line']}")
     print(f"tokens/s               {spec_tps:.1f} with draft, {base_tps:.1f} without "
           f"(medians of {args.rounds} rounds, one request at a time)")
     print(f"speedup                {speedup:.2f}x, rounds {min(ratios):.2f}x-{max(ratios):.2f}x "
@@ -101,6 +108,7 @@ def report(runs: dict, prompts: list[str], args, draft: str, target: str) -> int
     print(json.dumps({
         "acceptance_length": acceptance["acceptance_length"],
         "acceptance_by_position": acceptance["acceptance_by_position"],
+        "per_request": per_request["distribution"],
         "identical_outputs": identical,
         "tokens_per_s_spec": round(spec_tps, 2),
         "tokens_per_s_base": round(base_tps, 2),
@@ -113,3 +121,19 @@ def report(runs: dict, prompts: list[str], args, draft: str, target: str) -> int
     }))
     sys.stdout.flush()
     return 0 if identical and acceptance["acceptance_length"] else 1
+
+
+def per_request_figures(runs: list[dict], counters: spec_metrics.SpecCounters) -> dict:
+    """The distribution of per-request acceptance over every round, and whether the
+    requests' figures add up to the counters; or the one line saying there are none."""
+    found = [a for run in runs for a in run["acceptances"]]
+    if not found or any(a is None for a in found):
+        return {"distribution": None,
+                "line": f"not reported by this vLLM ({installed_vllm_version()}; "
+                        f"{request_metrics.FLAG} from {request_metrics.FROM}): aggregate only"}
+    d = request_metrics.distribution(found, k=3)
+    adds_up = request_metrics.counters(found).summary() == counters.summary()
+    return {"distribution": {**d, "adds_up_to_counters": adds_up},
+            "line": f"acceptance length p10 {d['p10']} / p50 {d['p50']} / p90 {d['p90']} "
+                    f"over {d['requests']} requests (min {d['min']}, max {d['max']}); "
+                    f"{'adds up to' if adds_up else 'DOES NOT add up to'} the counters"}

@@ -25,7 +25,7 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from vllm_kimi_eagle.tools import spec_metrics, start_log
+from vllm_kimi_eagle.tools import request_metrics, spec_metrics, start_log
 from vllm_kimi_eagle.tools.engine_process import last_error_line
 
 
@@ -325,7 +325,8 @@ def _stop(process: subprocess.Popen | None) -> None:
 
 
 def chat(server: Server, model: str, prompt: str, max_tokens: int) -> dict:
-    """One greedy chat completion; returns the text, token count and seconds."""
+    """One greedy chat completion; returns the text, token count, seconds and the
+    request's own acceptance (a RequestAcceptance, where the server reports it)."""
     started = time.time()
     response = server.post(
         "/v1/chat/completions",
@@ -341,6 +342,7 @@ def chat(server: Server, model: str, prompt: str, max_tokens: int) -> dict:
         "text": response["choices"][0]["message"]["content"],
         "completion_tokens": response["usage"]["completion_tokens"],
         "seconds": time.time() - started,
+        "acceptance": request_metrics.from_response(response),
     }
 
 

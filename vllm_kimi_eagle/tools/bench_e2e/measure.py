@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
 from vllm_kimi_eagle.fixtures import corpus
-from vllm_kimi_eagle.tools import spec_metrics, vllm_server
+from vllm_kimi_eagle.tools import request_metrics, spec_metrics, vllm_server
 from vllm_kimi_eagle.tools.bench_e2e import k_schedule
 from vllm_kimi_eagle.tools.bench_e2e.grid import (
     AA,
@@ -43,6 +43,7 @@ from vllm_kimi_eagle.tools.bench_e2e.grid import (
     window_order,
 )
 from vllm_kimi_eagle.tools.bench_e2e.stats import best_k, cell, speedup_rows, window_problem
+from vllm_kimi_eagle.vllm_compat import installed_vllm_version
 
 
 def window_requests(prompts: list[str], concurrency: int) -> list[str]:
@@ -90,6 +91,7 @@ def measure_window(server: vllm_server.Server, model: str, prompts: list[str],
                   "busy": sum(1 for v in samples if v)},
         "counters": spec_metrics.spec_counters(window),
         "k_per_step": spec_metrics.draft_tokens_per_step(window, len(requests)),
+        "acceptances": [r["acceptance"] for r in done],
     }
 
 
@@ -116,8 +118,10 @@ class LiveServers:
                  f"); log {log}")
         started = time.perf_counter()
         self.pause_all()
+        extra = self.extra + request_metrics.server_args(spec is not None,
+                                                         installed_vllm_version())
         server = stack.enter_context(vllm_server.running_server(
-            self.args.target, log, spec, self.extra, env=env,
+            self.args.target, log, spec, extra, env=env,
             startup_timeout=self.args.startup_timeout))
         if self.cpus and server.pin(*self.cpus):
             self.say(f"  {name}: engine on CPUs {sorted(self.cpus[0])}, its API server and "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from vllm_kimi_eagle.tools import spec_metrics
+from vllm_kimi_eagle.tools import request_metrics, spec_metrics
 from vllm_kimi_eagle.tools.bench_e2e.grid import AA, CONFIGS, IN_TREE, NONE, PLUGIN
 from vllm_kimi_eagle.tools.speedup import ratio, speedups
 
@@ -85,8 +85,19 @@ def cell(config: str, k: int, concurrency: int, windows: list[dict]) -> dict:
         "speedup_per_round": spread(per_round) if speculative else None,
         "acceptance_length_per_repeat": (spread([w["counters"].acceptance_length for w in mine])
                                          if speculative else None),
+        "per_request": per_request(mine, k) if speculative else None,
         **pooled.summary(),
     }
+
+
+def per_request(windows: list[dict], k: int) -> dict | None:
+    """The cell's requests, each with its own acceptance length (vLLM's per-request
+    figures), and their distribution; None where the server reported none."""
+    found = [a for w in windows for a in w.get("acceptances", [])]
+    if not found or any(a is None for a in found):
+        return None
+    return {**request_metrics.distribution(found, k),
+            "acceptance_lengths": [a.acceptance_length for a in found]}
 
 
 def lead_config(configs: list[str]) -> str | None:
