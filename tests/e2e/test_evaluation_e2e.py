@@ -64,6 +64,13 @@ def test_readme_offline_eval_runs_as_written(tiny, tmp_path):
         assert run["longest_prompt_tokens"] + 48 <= run["max_model_len"]
     assert "--speculative-config" in spec["server_args"]
     assert "--speculative-config" not in base["server_args"]
+    # Every document's own acceptance, by the task's categories, adding up to the counters
+    figures = spec["per_request"]
+    assert base["per_request"] is None and figures["adds_up_to_counters"]
+    assert figures["requests"] == 8 and len(figures["per_document"]) == 8
+    assert sum(d["requests"] for d in figures["by_category"].values()) == 8
+    assert set(figures["by_category"]) <= {"days", "capitals", "colors", "numbers"}
+    assert "Acceptance length per request" in (out / "report.md").read_text()
 
 
 def _scrape(server: vllm_server.Server) -> dict:
@@ -96,6 +103,8 @@ def test_eval_acceptance_matches_counters_scraped_independently(shared_servers, 
             for k in after}
     assert counted["drafts"] > 0
     assert report["with_draft"]["server_args"] is None  # a server of ours, not started there
+    assert report["with_draft"]["per_request"] is None  # not started with the flag: said
+    assert "reported no per-request acceptance" in (tmp_path / "eval" / "report.md").read_text()
     warmup_tokens = seen["generation_tokens"] - report["with_draft"]["output_tokens"]
     assert 0 < warmup_tokens <= 48  # exactly one warm-up request outside the window
     assert 0 < seen["spec_decode_num_drafts"] - counted["drafts"] <= 48

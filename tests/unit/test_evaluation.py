@@ -108,3 +108,37 @@ def test_the_tiny_task_asks_and_scores_as_lm_evals_gpqa_cot(task_manager):
         "(A) sunday\n(B) tuesday\n")
     for doc in docs:
         assert doc["choices"][ord(doc["answer"][1]) - 65] == doc["Correct Answer"]
+
+
+def test_each_document_gets_its_own_responses_acceptance_and_its_category():
+    """Responses recorded with their contexts (a chat context is a one-field named tuple in
+    lm-eval, a plain tuple in its samples), matched to documents, by category, and checked
+    against the window's counters."""
+    from collections import namedtuple
+
+    from vllm_kimi_eagle.tools import spec_metrics
+    from vllm_kimi_eagle.tools.evaluation.measure import context_key, per_request
+    from vllm_kimi_eagle.tools.request_metrics import RequestAcceptance
+
+    JsonChatStr = namedtuple("JsonChatStr", ["prompt"])
+    contexts = ['[{"role": "user", "content": "a"}]', '[{"role": "user", "content": "b"}]']
+    figures = [RequestAcceptance((1, 1, 1, 1), 12), RequestAcceptance((0, 0, 2, 2), 12)]
+    responses = [{"context": context_key(JsonChatStr(c)), "acceptance": a}
+                 for c, a in zip(contexts[::-1], figures[::-1])]  # answered out of order
+    samples = [{"doc_id": i, "doc": {"High-level domain": d}, "arguments": [((c,), {})]}
+               for i, (c, d) in enumerate(zip(contexts, ("days", "capitals")))]
+    window = spec_metrics.Scrape({
+        "vllm:spec_decode_num_drafts_total": {(): 8.0},
+        "vllm:spec_decode_num_draft_tokens_total": {(): 24.0},
+        "vllm:spec_decode_num_accepted_tokens_total": {(): 16.0},
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total": {
+            (("position", "0"),): 7.0, (("position", "1"),): 6.0, (("position", "2"),): 3.0}})
+    found = per_request(responses, samples, window, k=3)
+    assert [d["acceptance_length"] for d in found["per_document"]] == [2.5, 3.5]
+    assert found["by_category"]["days"]["mean"] == 2.5
+    assert found["by_category"]["capitals"]["mean"] == 3.5
+    assert found["adds_up_to_counters"]
+    assert per_request(responses, samples, spec_metrics.Scrape(), k=3)["adds_up_to_counters"] \
+        is False
+    missing = [dict(r, acceptance=None) for r in responses]  # a server without the flag
+    assert per_request(missing, samples, window, k=3) is None

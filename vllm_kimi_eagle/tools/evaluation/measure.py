@@ -3,12 +3,13 @@ check, a warm-up request, the task's requests timed between two ``/metrics`` scr
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import time
 from contextlib import contextmanager
 
-from vllm_kimi_eagle.tools import spec_metrics, vllm_server
+from vllm_kimi_eagle.tools import request_metrics, spec_metrics, vllm_server
 from vllm_kimi_eagle.tools.evaluation.tasks import (
     EvalError,
     answers,
@@ -17,6 +18,11 @@ from vllm_kimi_eagle.tools.evaluation.tasks import (
     run_lm_eval,
 )
 from vllm_kimi_eagle.tools.progress import say
+from vllm_kimi_eagle.vllm_compat import installed_vllm_version
+
+# GPQA's column of the question's field; a task whose documents have it is also reported
+# by it (the tiny task writes it too).
+CATEGORY = "High-level domain"
 
 
 def context_problem(task: str, longest_prompt: int, max_tokens: int, max_model_len: int,
@@ -87,6 +93,7 @@ def timed_generation(lm, server: vllm_server.Server, label: str, speculative: bo
         problem = speed_problem(server.base_url, speculative, before - before_warmup, exported)
         if problem:
             raise EvalError(problem)
+        record["responses"] = []  # from here on: the measured requests only
         started = time.perf_counter()
         results = generate(requests, disable_tqdm=disable_tqdm)
         record["seconds"] = time.perf_counter() - started
@@ -97,6 +104,87 @@ def timed_generation(lm, server: vllm_server.Server, label: str, speculative: bo
         return results
 
     lm.generate_until = generate_until
+    record_responses(lm, record)
+
+
+def record_responses(lm, record: dict) -> None:
+    """Keep each response's own acceptance with the context it answered, in
+    record["responses"] (while that list exists). lm-eval's API model hands a response
+    to ``parse_generations`` without its request when requests run concurrently, so the
+    calls that send one mark their task's context first."""
+    sending = contextvars.ContextVar("vllm_kimi_eagle_contexts", default=None)
+    model_call, amodel_call, parse = lm.model_call, lm.amodel_call, lm.parse_generations
+
+    def marked_model_call(*args, messages, **kwargs):
+        token = sending.set(messages)
+        try:
+            return model_call(*args, messages=messages, **kwargs)
+        finally:
+            sending.reset(token)
+
+    async def marked_amodel_call(*args, messages, **kwargs):
+        token = sending.set(messages)
+        try:
+            return await amodel_call(*args, messages=messages, **kwargs)
+        finally:
+            sending.reset(token)
+
+    def parse_generations(outputs, **kwargs):
+        if "responses" in record:
+            answers = outputs if isinstance(outputs, list) else [outputs]
+            contexts = kwargs.get("contexts") or sending.get() or []
+            record["responses"].append({
+                "context": context_key(contexts[0]) if len(contexts) == 1 else None,
+                "acceptance": request_metrics.from_response(answers[0])
+                if len(answers) == 1 else None})
+        return parse(outputs=outputs, **kwargs)
+
+    lm.model_call, lm.amodel_call = marked_model_call, marked_amodel_call
+    lm.parse_generations = parse_generations
+
+
+def context_key(context) -> str:
+    """A request's context as text: a chat context is lm-eval's JsonChatStr, a named tuple
+    of the messages' JSON, which a sample keeps as a plain tuple."""
+    return context[0] if isinstance(context, tuple) else context
+
+
+def sample_context(sample: dict) -> str:
+    """The context of a sample's (first) request: lm-eval keeps a sample's arguments as
+    a list of argument tuples in memory and writes them as gen_args_N/arg_M to files."""
+    arguments = sample["arguments"]
+    if isinstance(arguments, dict):
+        return arguments["gen_args_0"]["arg_0"]
+    return arguments[0][0]
+
+
+def per_request(responses: list[dict], samples: list[dict], window: spec_metrics.Scrape,
+                k: int) -> dict | None:
+    """Each document's own acceptance (its response's), their distribution overall and by
+    CATEGORY, and whether they add up to the server's counters over the window; None
+    where the responses carried no per-request figures."""
+    found = {r["context"]: r["acceptance"] for r in responses}
+    if not responses or None in found.values() or None in found:
+        return None
+    docs = {}
+    for sample in samples:
+        context = context_key(sample_context(sample))
+        if context in found:
+            docs.setdefault(sample["doc_id"], (sample["doc"].get(CATEGORY), found[context]))
+    if not docs:
+        return None
+    every = [a for _, a in docs.values()]
+    categories = sorted({c for c, _ in docs.values() if c is not None})
+    summed = request_metrics.counters([r["acceptance"] for r in responses]).summary()
+    return {
+        **request_metrics.distribution(every, k),
+        "adds_up_to_counters": summed == spec_metrics.spec_counters(window).summary(),
+        "by_category": {c: request_metrics.distribution(
+            [a for cat, a in docs.values() if cat == c], k) for c in categories},
+        "per_document": [{"doc": d, "category": c, "histogram": list(a.histogram),
+                          "acceptance_length": a.acceptance_length}
+                         for d, (c, a) in sorted(docs.items())],
+    }
 
 
 def measured_run(server: vllm_server.Server, label: str, speculative: bool, args,
@@ -122,6 +210,8 @@ def measured_run(server: vllm_server.Server, label: str, speculative: bool, args
         "tokens_per_s": round(tokens / seconds, 2) if seconds else None,
         "mean_time_per_output_token_ms": spec_metrics.time_per_output_token_ms(window),
         "spec": spec_metrics.spec_counters(window).summary(),
+        "per_request": per_request(record.get("responses", []), samples, window,
+                                   args.num_speculative_tokens) if speculative else None,
     }
 
 
@@ -132,6 +222,7 @@ def server_setup(args, speculative: bool) -> tuple[list[str], dict]:
         config = {"method": "eagle3", "model": args.draft,
                   "num_speculative_tokens": args.num_speculative_tokens}
         extra += ["--speculative-config", json.dumps(config)]
+        extra += request_metrics.server_args(True, installed_vllm_version())
     return extra, vllm_server.default_env()
 
 

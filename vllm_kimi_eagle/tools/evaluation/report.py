@@ -67,10 +67,29 @@ def write_report(report: dict, out: str) -> list[str]:
         f"{speed_sentence(cmp)}",
     ]
     lines += [f"- doc {d['doc']} differs" for d in cmp["disagreements"]]
+    lines += per_request_lines(spec.get("per_request"))
     with open(paths[1], "w") as f:
         f.write("\n".join(lines) + "\n")
     chart(report, paths[2])
     return paths
+
+
+def per_request_lines(figures: dict | None) -> list[str]:
+    """The distribution of per-document acceptance, overall and by category, or the one
+    line saying the server gave no per-request figures."""
+    if not figures:
+        return ["", "Per request: the server with the draft reported no per-request "
+                    "acceptance (vLLM 0.29 or later, started with "
+                    "--per-request-spec-decode-metrics summary): aggregate only."]
+    def row(name, d):
+        return (f"| {name} | {d['requests']} | {d['mean']} | {d['p10']} | {d['p50']} | "
+                f"{d['p90']} |")
+    return ["", "Acceptance length per request (with the draft); the requests "
+                f"{'add up' if figures['adds_up_to_counters'] else 'DO NOT add up'} to the "
+                "server's counters:", "",
+            "| | requests | mean | p10 | p50 | p90 |", "|---|---|---|---|---|---|",
+            row("all", figures),
+            *[row(name, d) for name, d in figures["by_category"].items()]]
 
 
 def chart(report: dict, path: str) -> None:
