@@ -92,7 +92,8 @@ def test_settings_refused_say_why(configs, drafts, envs, message):
 def test_the_command_line_needs_traffic_and_refuses_bad_settings(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--target", "t", "--draft", "d"])
-    assert "one of the arguments --prompts --tiny-prompts is required" in capsys.readouterr().err
+    assert "one of the arguments --prompts --lm-eval-task --tiny-prompts is required" in \
+        capsys.readouterr().err
     with pytest.raises(SystemExit):
         parse_args(["--target", "t", "--tiny-prompts", "4"])
     assert "nothing to compare" in capsys.readouterr().err
@@ -131,3 +132,16 @@ def test_per_request_sums_are_checked_against_the_window():
     off = {**summed, "drafts": summed["drafts"] + 1}
     assert not analysis.summary({**answers, "window": off}, k=3)["consistent"]
     assert analysis.summary(_answers(["a"], [None]), k=3)["per_request"] is False
+
+
+def test_an_lm_eval_tasks_prompts_are_chat_requests():
+    requests = traffic.from_lm_eval_task("kimi_eagle_gpqa_tiny", [], limit=5)
+    assert len(requests) == 5 and requests[0].id == "kimi_eagle_gpqa_tiny:0"
+    (message,) = requests[0].messages
+    assert message["role"] == "user" and message["content"].startswith(
+        "What is the correct answer to this question:what day comes after monday")
+    assert len(traffic.from_lm_eval_task("kimi_eagle_gpqa_tiny", [])) == 12
+    with pytest.raises(traffic.TrafficError, match="gpqa_diamond_zeroshot .*never proposes"):
+        traffic.from_lm_eval_task("gpqa_diamond_zeroshot", [])
+    with pytest.raises(traffic.TrafficError, match="no task, group or tag named 'nope'"):
+        traffic.from_lm_eval_task("nope", [])

@@ -31,15 +31,27 @@ def parse_args(argv):
     source.add_argument("--prompts", help="your traffic: a JSONL of OpenAI chat requests "
                                           "(messages), completion prompts (prompt) or "
                                           "ShareGPT conversations")
+    source.add_argument("--lm-eval-task", metavar="TASK",
+                        help="the prompts of an lm-eval task that generates (each "
+                             "document's prompt as a chat request), e.g. "
+                             "gpqa_diamond_cot_zeroshot or kimi_eagle_gpqa_tiny")
     source.add_argument("--tiny-prompts", type=int, metavar="N",
                         help="N chat prompts of the tiny models' own kind (for the tiny "
                              "models only)")
-    p.add_argument("--limit", type=int, help="the first N requests of --prompts")
+    p.add_argument("--limit", type=int,
+                   help="the first N requests of --prompts or --lm-eval-task")
+    p.add_argument("--include-path", action="append", default=[],
+                   help="a folder of your own lm-eval task YAMLs (repeatable); the "
+                        "project's eval/tasks are always included")
     p.add_argument("--raw", action="store_true",
                    help="also send each chat request's text without the chat template")
     p.add_argument("--max-tokens", type=int, default=128,
                    help="tokens per answer where a request sets none (default 128)")
     p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--side-by-side", action="store_true",
+                   help="start every server at once (the hardware for all of them is "
+                        "needed) and measure each while the others are frozen; default: "
+                        "one server after another")
     p.add_argument("--server-arg", action="append", default=[],
                    help="extra argument for every server (repeatable), e.g. "
                         "--server-arg=--tensor-parallel-size=8")
@@ -58,8 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     target = model_source.local_folder(args.target, "--target")
     try:
-        requests = (traffic.read_jsonl(args.prompts, args.limit) if args.prompts
-                    else traffic.tiny_requests(args.tiny_prompts))
+        if args.prompts:
+            requests = traffic.read_jsonl(args.prompts, args.limit)
+        elif args.lm_eval_task:
+            requests = traffic.from_lm_eval_task(args.lm_eval_task, args.include_path,
+                                                 args.limit)
+        else:
+            requests = traffic.tiny_requests(args.tiny_prompts)
     except (OSError, traffic.TrafficError) as err:
         print(f"vllm-kimi-eagle compare: {err}", file=sys.stderr)
         return 2
@@ -72,10 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             why=f"vLLM {version} has no {request_metrics.FLAG} (from {request_metrics.FROM})"))
         say(notes[-1])
     everyone = [run.Setting(run.NO_DRAFT, None), *args.settings]
-    runs = {}
-    for number, setting in enumerate(everyone, 1):
-        say(f"setting {number}/{len(everyone)}: {setting.name}")
-        runs[setting.name] = run.serve_and_send(setting, target, requests, args, out, version)
+    runs = run.measure_all(everyone, target, requests, args, out, version)
     k = max((s.speculative or {}).get("num_speculative_tokens", 1) for s in everyone)
     summaries = {f"{name}/{variant}": analysis.summary(figures, k)
                  for name, r in runs.items() if name != run.NO_DRAFT

@@ -6,6 +6,7 @@ import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 from vllm_kimi_eagle.tools import request_metrics, spec_metrics, vllm_server
@@ -65,27 +66,61 @@ def send_all(server: vllm_server.Server, model: str, requests: list[Request], ra
             "window": spec_metrics.spec_counters(window).summary()}
 
 
-def serve_and_send(setting: Setting, target: str, requests: list[Request], args,
-                   out: str, version) -> dict:
-    """One setting: its server started, every variant of the traffic sent, stopped."""
+@contextmanager
+def started(setting: Setting, target: str, args, out: str, version):
+    """A setting's server, up and warmed up; yields (server, its record so far)."""
     speculative = setting.speculative is not None
     extra = vllm_server.server_args(args.server_arg)
     extra += request_metrics.server_args(speculative, version)
     log = os.path.join(out, f"server-{setting.name}.log")
     say(f"[{setting.name}] starting vLLM for {target} (log: {log})")
-    result = {"speculative_config": setting.speculative, "env": setting.env,
+    record = {"speculative_config": setting.speculative, "env": setting.env,
               "server_args": extra, "variants": {}}
     env = {**vllm_server.default_env(), **setting.env}
     with vllm_server.running_server(target, log, setting.speculative, extra, env=env,
                                     startup_timeout=args.startup_timeout) as server:
-        model = server.model_name()
-        path, payload = body(requests[0], model, False, args.max_tokens)
-        server.post(path, payload)  # a warm-up request, outside every window
-        for variant in variants(requests, args.raw):
-            result["variants"][variant] = send_all(
-                server, model, requests, variant == "raw", args.max_tokens,
-                args.concurrency, f"{setting.name}, {variant}")
-    return result
+        yield server, record
+
+
+def send_variants(server: vllm_server.Server, record: dict, name: str,
+                  requests: list[Request], args) -> dict:
+    """A warm-up request outside every window, then each variant of the traffic."""
+    model = server.model_name()
+    path, payload = body(requests[0], model, False, args.max_tokens)
+    server.post(path, payload)
+    for variant in variants(requests, args.raw):
+        record["variants"][variant] = send_all(
+            server, model, requests, variant == "raw", args.max_tokens, args.concurrency,
+            f"{name}, {variant}")
+    return record
+
+
+def measure_all(everyone: list[Setting], target: str, requests: list[Request], args,
+                out: str, version) -> dict:
+    """Every setting's record. One server at a time by default; side by side, all are
+    started at once and each is measured while the others are frozen (SIGSTOP)."""
+    runs = {}
+    if not args.side_by_side:
+        for number, setting in enumerate(everyone, 1):
+            say(f"setting {number}/{len(everyone)}: {setting.name}")
+            with started(setting, target, args, out, version) as (server, record):
+                runs[setting.name] = send_variants(server, record, setting.name, requests,
+                                                   args)
+        return runs
+    with ExitStack() as stack:
+        live = [(s, *stack.enter_context(started(s, target, args, out, version)))
+                for s in everyone]
+        for setting, server, record in live:
+            for _, other, _ in live:
+                other.pause()
+            server.resume()
+            try:
+                runs[setting.name] = send_variants(server, record, setting.name, requests,
+                                                   args)
+            finally:
+                for _, other, _ in live:
+                    other.resume()
+    return runs
 
 
 def parse_setting(text: str, envs: dict[str, dict]) -> Setting:

@@ -6,6 +6,7 @@ A line is one request, in one of these forms:
 - a completion prompt: ``{"prompt": "..."}`` (sent to /v1/completions as it is);
 - a ShareGPT-style conversation, as vLLM's benchmarks read it: ``{"conversations":
   [{"from": "human", "value": "..."}, ...]}`` (its first human turn, as a chat request).
+An lm-eval task that generates gives its documents' prompts as chat requests.
 Sampling parameters on a line (``max_tokens``, ``temperature``, ``top_p``, ...) are kept;
 without them a request is greedy with ``--max-tokens`` tokens.
 """
@@ -84,6 +85,39 @@ def read_jsonl(path: str, limit: int | None = None) -> list[Request]:
                 break
     if not requests:
         raise TrafficError(f"{path}: no request in the file")
+    return requests
+
+
+def from_lm_eval_task(task: str, include_path: list[str], limit: int | None = None
+                      ) -> list[Request]:
+    """The prompts of an lm-eval task (or group) that generates, zero-shot, each as one
+    user message; the project's eval/tasks are on the include path."""
+    from lm_eval.tasks import TaskManager
+
+    from vllm_kimi_eagle.tools.evaluation.tasks import (
+        EvalError,
+        refusal,
+        task_folder,
+        task_output_types,
+    )
+
+    try:
+        manager = TaskManager(include_path=[task_folder(), *include_path])
+        reason = refusal(task, task_output_types(manager, task))
+    except EvalError as err:
+        raise TrafficError(f"--lm-eval-task {task}: {err}") from err
+    if reason:
+        raise TrafficError(f"--lm-eval-task {task}: {reason}")
+    requests = []
+    for name, loaded in sorted(manager.load([task])["tasks"].items()):
+        docs = loaded.test_docs() if loaded.has_test_docs() else loaded.validation_docs()
+        for number, doc in enumerate(docs):
+            requests.append(Request(f"{name}:{number}", messages=(
+                {"role": "user", "content": loaded.doc_to_text(doc)},)))
+            if limit and len(requests) >= limit:
+                return requests
+    if not requests:
+        raise TrafficError(f"--lm-eval-task {task}: the task has no documents")
     return requests
 
 
