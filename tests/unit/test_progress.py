@@ -47,3 +47,19 @@ def test_a_terminal_gets_tqdms_bar_in_place():
     drawn = progress.bar(5, "x", "step", stream=Terminal())
     assert type(drawn).__module__.startswith("tqdm")
     drawn.close()
+
+
+def test_the_line_form_has_every_tqdm_method_the_tools_call():
+    """Each attribute the tools use on a bar (grep of tools/ and fixtures/), on both forms:
+    a missing one fails only where the output is not a terminal, as in CI."""
+    import re
+    from pathlib import Path
+
+    package = Path(progress.__file__).parent.parent
+    used = set()
+    for path in package.rglob("*.py"):
+        used |= set(re.findall(r"\b(?:bar|progress)\.(\w+)", path.read_text()))
+    used -= {"bar", "say", "EVERY", "LineProgress"}  # the module's own names
+    line = progress.bar(10, "x", "step", stream=io.StringIO())
+    assert used and all(hasattr(line, name) for name in used), sorted(
+        n for n in used if not hasattr(line, n))

@@ -52,6 +52,9 @@ class LineProgress:
     def set_postfix_str(self, text: str) -> None:
         self.postfix = text
 
+    def unpause(self) -> None:  # tqdm's: restarts its rate after a wait; lines need nothing
+        pass
+
     def write(self, message: str, file=None) -> None:
         print(message, file=file or self.stream, flush=True)
 
