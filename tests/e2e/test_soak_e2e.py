@@ -50,6 +50,10 @@ def test_short_soak_covered_what_it_claims(soak):
     compared = details["greedy answers = no draft's, token for token"]
     assert int(compared.split()[0]) > 20 and " 0 of them" not in compared
     assert "0 streams cancelled" not in details["KV pressure and cancellations"]
+    # vLLM's per-request figures: the draft server's non-streamed, one-choice requests
+    per_request = report["per_request"]
+    assert 0 < per_request["reported"] < per_request["of"], per_request
+    assert per_request["requests"] > 0 and 1.0 <= per_request["p50"] <= 4.0
     bench = report["bench_serve"]
     assert bench["draft"]["spec_decode_num_drafts"] > 0, bench
     assert bench["none"]["completed"] == bench["draft"]["completed"] > 0, bench

@@ -101,3 +101,18 @@ def test_an_undecided_difference_says_how_many_requests_would_tell():
 def test_unpaired_figures_are_refused():
     with pytest.raises(ValueError, match="the same requests on both sides"):
         paired.paired_difference([1.0, 2.0], [1.0])
+
+
+def test_soak_counts_the_requests_that_reported_their_acceptance():
+    from vllm_kimi_eagle.tools.soak import report
+    from vllm_kimi_eagle.tools.soak.client import OK, Outcome
+
+    outcomes = {1: Outcome(1, OK, acceptance={"histogram": [0, 1, 1, 0], "draft_tokens": 6}),
+                2: Outcome(2, OK), 3: Outcome(3, OK, acceptance={"histogram": [1, 0, 0, 1],
+                                                                   "draft_tokens": 6})}
+    figures = report.per_request(outcomes, k=3)
+    assert (figures["reported"], figures["of"], figures["requests"]) == (2, 3, 2)
+    assert figures["mean"] == 2.5
+    assert "2 of 3 requests" in report.format_per_request(figures)
+    assert "none of the draft server's 1 requests" in report.format_per_request(
+        report.per_request({2: Outcome(2, OK)}, k=3))

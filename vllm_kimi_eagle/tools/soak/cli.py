@@ -11,11 +11,12 @@ import sys
 import time
 from contextlib import ExitStack
 
-from vllm_kimi_eagle.tools import model_source, vllm_server
+from vllm_kimi_eagle.tools import model_source, request_metrics, vllm_server
 from vllm_kimi_eagle.tools.progress import say
 from vllm_kimi_eagle.tools.soak import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.soak import bench_serve, checks, report, runner, traffic
 from vllm_kimi_eagle.tools.soak.checks import DRAFT, NONE
+from vllm_kimi_eagle.vllm_compat import installed_vllm_version
 
 # The long form (the defaults) and the short form the test suite runs (--short).
 # The short form pits one greedy-only window against two mixed ones, each of other prompts:
@@ -102,8 +103,10 @@ def start_servers(stack: ExitStack, args, out: str) -> dict[str, vllm_server.Ser
     for name, speculative in ((NONE, None), (DRAFT, spec)):
         log = os.path.join(out, f"server-{name}.log")
         say(f"soak: starting the {name} server (log {log})")
+        extra = server_args(args) + request_metrics.server_args(
+            speculative is not None, installed_vllm_version())
         servers[name] = stack.enter_context(vllm_server.running_server(
-            args.target, log, speculative, server_args(args), env=vllm_server.default_env(),
+            args.target, log, speculative, extra, env=vllm_server.default_env(),
             startup_timeout=args.startup_timeout))
     return servers
 
@@ -207,9 +210,11 @@ def main(argv: list[str] | None = None) -> int:
                "server_args": server_args(args), "checks": results, "bench_serve": bench,
                "elapsed_s": round(elapsed), "memory": memory.samples,
                "memory_judged_from_s": memory.warm_from,
-               "passed": all(c["passed"] for c in results)}
+               "passed": all(c["passed"] for c in results),
+               "per_request": report.per_request(outcomes.get(DRAFT, {}), args.k)}
     written = report.write(out, summary, windows, outcomes, planned)
     print(report.format_windows(windows))
+    print(report.format_per_request(summary["per_request"]))
     print(report.format_checks(results))
     if bench:
         print(report.format_bench(bench))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from vllm_kimi_eagle.tools import request_metrics
 from vllm_kimi_eagle.tools.soak.traffic import Request
 
 OK, CANCELLED, HTTP_ERROR, FAILED = "ok", "cancelled", "http-error", "failed"
@@ -26,6 +27,9 @@ class Outcome:
     http_status: int | None = None
     message: str = ""
     seconds: float = 0.0
+    # vLLM's per-request figures (a non-streamed, single-choice request on a server that
+    # reports them): {"histogram": [...], "draft_tokens": N}, else None
+    acceptance: dict | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -78,6 +82,10 @@ async def send(client, model: str, request: Request) -> Outcome:
                 {"token_ids": list(_extra(c, "token_ids") or []),
                  "finish_reason": c.finish_reason, "logprobs": _has_logprobs(c)}
                 for c in sorted(response.choices, key=lambda c: c.index)])
+            found = request_metrics.from_response({"metrics": _extra(response, "metrics")})
+            if found is not None:
+                outcome.acceptance = {"histogram": list(found.histogram),
+                                      "draft_tokens": found.draft_tokens}
     except openai.APIStatusError as err:
         outcome = Outcome(request.id, HTTP_ERROR, http_status=err.status_code,
                           message=str(err)[:500])

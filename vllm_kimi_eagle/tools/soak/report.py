@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 
+from vllm_kimi_eagle.tools import request_metrics
 from vllm_kimi_eagle.tools.soak.checks import DRAFT, NONE
 
 
@@ -53,6 +54,25 @@ def format_bench(bench: dict) -> str:
             + (f", acceptance {length:.3f}" if length else "")
             + f", {figures.get('completed')} completed, {figures.get('failed')} failed")
     return "\n".join(lines)
+
+
+def per_request(outcomes: dict, k: int) -> dict:
+    """The draft server's per-request acceptance: vLLM reports it for non-streamed,
+    single-choice requests (streams only with usage asked for, n > 1 never)."""
+    found = [request_metrics.RequestAcceptance(tuple(o.acceptance["histogram"]),
+                                               o.acceptance["draft_tokens"])
+             for o in outcomes.values() if o.acceptance]
+    return {"reported": len(found), "of": len(outcomes),
+            **request_metrics.distribution(found, k)}
+
+
+def format_per_request(figures: dict) -> str:
+    if not figures.get("requests"):
+        return (f"per request: none of the draft server's {figures['of']} requests reported "
+                "its acceptance (vLLM 0.29 or later reports non-streamed, single-choice ones)")
+    return (f"per request (the draft server's {figures['reported']} of {figures['of']} "
+            f"requests that report it: non-streamed, one choice): acceptance length p10 "
+            f"{figures['p10']} / p50 {figures['p50']} / p90 {figures['p90']}")
 
 
 def write(out: str, summary: dict, windows: list, outcomes: dict, plan: list) -> list[str]:
