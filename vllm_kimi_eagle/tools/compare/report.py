@@ -65,9 +65,10 @@ def chart(report: dict, path: str) -> None:
     for name, run in speculative:
         for variant, figures in run["variants"].items():
             rates = figures["window"]["acceptance_by_position"]
-            right.bar([i + 1 + slot * width for i in range(len(rates))], rates, width,
-                      label=f"{name} ({variant})")
+            right.bar([i + 1 - 0.4 + (slot + 0.5) * width for i in range(len(rates))],
+                      rates, width, label=f"{name} ({variant})")
             slot += 1
+    right.set_xticks(range(1, k + 1))
     right.set_ylim(0, 1)
     right.set_xlabel("draft position")
     right.set_ylabel("acceptance rate")

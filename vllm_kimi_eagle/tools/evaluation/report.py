@@ -95,7 +95,20 @@ def per_request_lines(figures: dict | None) -> list[str]:
 def chart(report: dict, path: str) -> None:
     plt = pyplot()
     spec = report["with_draft"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.5))
+    figures = spec.get("per_request")
+    panels = 3 if figures else 2
+    fig, axes = plt.subplots(1, panels, figsize=(4.5 * panels, 3.5))
+    left, right = axes[0], axes[-1]
+    if figures:
+        histogram = figures["histogram"]
+        edges = [histogram["from"] + histogram["width"] * i
+                 for i in range(len(histogram["counts"]))]
+        axes[1].bar(edges, histogram["counts"], width=histogram["width"], align="edge",
+                    color="tab:purple")
+        axes[1].set_xlabel("acceptance length of a request")
+        axes[1].set_ylabel("requests")
+        axes[1].set_title(f"per request: p10 {figures['p10']} / p50 {figures['p50']} / "
+                          f"p90 {figures['p90']}", fontsize=9)
     rates = spec["spec"]["acceptance_by_position"]
     left.bar([str(i + 1) for i in range(len(rates))], rates, color="tab:blue")
     left.set_ylim(0, 1)
