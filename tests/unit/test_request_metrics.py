@@ -42,6 +42,10 @@ def test_requests_add_up_as_the_servers_counters_count():
     assert (total.drafts, total.draft_tokens, total.accepted) == (9, 27, 6 + 11)
     assert total.accepted_per_pos == {0: 3 + 5, 1: 2 + 3, 2: 1 + 3}
     assert total.summary()["acceptance_length"] == round(1 + 17 / 9, 4)
+    assert request_metrics.adds_up(requests, total.summary())
+    assert not request_metrics.adds_up(requests[1:], total.summary())
+    kept = [RequestAcceptance.from_dict(r.as_dict()) for r in requests]  # as reports keep them
+    assert kept == requests and requests[1].as_dict()["acceptance_length"] == 1 + 11 / 5
 
 
 def test_the_distribution_has_percentiles_and_a_histogram_of_every_request():

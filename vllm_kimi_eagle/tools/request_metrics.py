@@ -58,6 +58,15 @@ class RequestAcceptance:
     def accepted_per_position(self) -> list[int]:
         return [sum(self.histogram[i + 1:]) for i in range(len(self.histogram) - 1)]
 
+    def as_dict(self) -> dict:
+        """As the tools' JSON reports keep it (from_dict reads it back)."""
+        return {"histogram": list(self.histogram), "draft_tokens": self.draft_tokens,
+                "acceptance_length": self.acceptance_length}
+
+    @classmethod
+    def from_dict(cls, kept: dict) -> "RequestAcceptance":
+        return cls(tuple(kept["histogram"]), kept["draft_tokens"])
+
 
 def from_response(body: dict) -> RequestAcceptance | None:
     """A response's per-request figures, or None where it carries none."""
@@ -78,6 +87,12 @@ def counters(requests: list[RequestAcceptance]) -> spec_metrics.SpecCounters:
         for position, count in enumerate(request.accepted_per_position()):
             total.accepted_per_pos[position] = total.accepted_per_pos.get(position, 0) + count
     return total
+
+
+def adds_up(requests: list[RequestAcceptance], counted: dict) -> bool:
+    """Whether the requests' figures, summed, are the server's counters over the same
+    requests (``counted``: SpecCounters.summary() of that window)."""
+    return counters(requests).summary() == counted
 
 
 def percentile(values: list[float], q: float) -> float:

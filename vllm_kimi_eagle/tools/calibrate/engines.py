@@ -103,9 +103,7 @@ def capture(spec: dict) -> None:
 def serve(spec: dict) -> dict:
     from vllm import LLM
 
-    from vllm_kimi_eagle.tools import spec_metrics, vllm_server
-
-    from vllm_kimi_eagle.tools import request_metrics
+    from vllm_kimi_eagle.tools import request_metrics, spec_metrics, vllm_server
     from vllm_kimi_eagle.vllm_compat import installed_vllm_version
 
     per_request = request_metrics.supported(installed_vllm_version())
@@ -130,11 +128,12 @@ def serve(spec: dict) -> dict:
 
 def _acceptance_length(completion) -> float | None:
     """One sequence's acceptance length (vLLM's per-request figures), or None."""
+    from vllm_kimi_eagle.tools.request_metrics import RequestAcceptance
+
     figures = getattr(completion, "spec_decode_metrics", None)
-    steps = sum(figures.histogram) if figures else 0
-    if not steps:
+    if figures is None:
         return None
-    return 1 + sum(j * c for j, c in enumerate(figures.histogram)) / steps
+    return RequestAcceptance(tuple(figures.histogram), figures.num_draft_tokens).acceptance_length
 
 
 def main(argv: list[str]) -> None:

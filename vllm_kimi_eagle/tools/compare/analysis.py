@@ -18,8 +18,7 @@ def acceptances(variant: dict) -> list[request_metrics.RequestAcceptance] | None
     figures = [r["acceptance"] for r in variant["requests"]]
     if not figures or any(f is None for f in figures):
         return None
-    return [request_metrics.RequestAcceptance(tuple(f["histogram"]), f["draft_tokens"])
-            for f in figures]
+    return [request_metrics.RequestAcceptance.from_dict(f) for f in figures]
 
 
 def summary(variant: dict, k: int) -> dict:
@@ -29,9 +28,9 @@ def summary(variant: dict, k: int) -> dict:
     window = variant["window"]
     if found is None:
         return {"per_request": False, "window": window}
-    summed = request_metrics.counters(found).summary()
     return {"per_request": True, "distribution": request_metrics.distribution(found, k),
-            "summed": summed, "window": window, "consistent": summed == window}
+            "summed": request_metrics.counters(found).summary(), "window": window,
+            "consistent": request_metrics.adds_up(found, window)}
 
 
 def lengths(variant: dict) -> dict[str, float]:

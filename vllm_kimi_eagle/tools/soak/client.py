@@ -28,7 +28,7 @@ class Outcome:
     message: str = ""
     seconds: float = 0.0
     # vLLM's per-request figures (a non-streamed, single-choice request on a server that
-    # reports them): {"histogram": [...], "draft_tokens": N}, else None
+    # reports them), as RequestAcceptance.as_dict() keeps them; else None
     acceptance: dict | None = None
 
     def as_dict(self) -> dict:
@@ -84,8 +84,7 @@ async def send(client, model: str, request: Request) -> Outcome:
                 for c in sorted(response.choices, key=lambda c: c.index)])
             found = request_metrics.from_response({"metrics": _extra(response, "metrics")})
             if found is not None:
-                outcome.acceptance = {"histogram": list(found.histogram),
-                                      "draft_tokens": found.draft_tokens}
+                outcome.acceptance = found.as_dict()
     except openai.APIStatusError as err:
         outcome = Outcome(request.id, HTTP_ERROR, http_status=err.status_code,
                           message=str(err)[:500])

@@ -59,8 +59,7 @@ def format_bench(bench: dict) -> str:
 def per_request(outcomes: dict, k: int) -> dict:
     """The draft server's per-request acceptance: vLLM reports it for non-streamed,
     single-choice requests (streams only with usage asked for, n > 1 never)."""
-    found = [request_metrics.RequestAcceptance(tuple(o.acceptance["histogram"]),
-                                               o.acceptance["draft_tokens"])
+    found = [request_metrics.RequestAcceptance.from_dict(o.acceptance)
              for o in outcomes.values() if o.acceptance]
     return {"reported": len(found), "of": len(outcomes),
             **request_metrics.distribution(found, k)}
