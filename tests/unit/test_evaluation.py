@@ -21,11 +21,11 @@ from vllm_kimi_eagle.tools.vllm_server import server_args
 
 
 @pytest.fixture(scope="module")
-def task_manager(tmp_path_factory):
+def task_manager():
     """lm-eval's task index, with the project's tasks (built once: ~10 s on 2 cores)."""
-    from lm_eval.tasks import TaskManager
+    from vllm_kimi_eagle.tools.evaluation import tasks
 
-    return TaskManager(include_path=task_folder())
+    return tasks.task_manager()
 
 
 @pytest.mark.parametrize("task, leaf, kind", [

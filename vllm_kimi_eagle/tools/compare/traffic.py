@@ -92,17 +92,15 @@ def from_lm_eval_task(task: str, include_path: list[str], limit: int | None = No
                       ) -> list[Request]:
     """The prompts of an lm-eval task (or group) that generates, zero-shot, each as one
     user message; the project's eval/tasks are on the include path."""
-    from lm_eval.tasks import TaskManager
-
     from vllm_kimi_eagle.tools.evaluation.tasks import (
         EvalError,
         refusal,
-        task_folder,
+        task_manager,
         task_output_types,
     )
 
     try:
-        manager = TaskManager(include_path=[task_folder(), *include_path])
+        manager = task_manager(include_path)
         reason = refusal(task, task_output_types(manager, task))
     except EvalError as err:
         raise TrafficError(f"--lm-eval-task {task}: {err}") from err

@@ -8,6 +8,7 @@ import sys
 
 from vllm_kimi_eagle.tools import model_source, vllm_server
 from vllm_kimi_eagle.tools.evaluation import __doc__ as DESCRIPTION
+from vllm_kimi_eagle.tools.evaluation import tasks
 from vllm_kimi_eagle.tools.evaluation.measure import measured_run, server_for
 from vllm_kimi_eagle.tools.progress import say
 from vllm_kimi_eagle.tools.evaluation.report import compare, write_report
@@ -16,7 +17,6 @@ from vllm_kimi_eagle.tools.evaluation.tasks import (
     TINY_TASK,
     EvalError,
     refusal,
-    task_folder,
     task_output_types,
 )
 
@@ -71,10 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     try:
-        from lm_eval.tasks import TaskManager
-
         say(f"reading lm-eval's task index for {args.task} ...")
-        task_manager = TaskManager(include_path=[task_folder(), *args.include_path])
+        task_manager = tasks.task_manager(args.include_path)
         reason = refusal(args.task, task_output_types(task_manager, args.task))
         if reason:
             raise EvalError(reason)

@@ -51,6 +51,13 @@ def task_folder(folders: tuple[str, ...] = TASK_FOLDERS) -> str:
                     "where they are in eval/tasks.")
 
 
+def task_manager(include_path: list[str] | tuple[str, ...] = ()):
+    """lm-eval's task index with the project's tasks and the user's folders."""
+    from lm_eval.tasks import TaskManager
+
+    return TaskManager(include_path=[task_folder(), *include_path])
+
+
 def tiny_data() -> str:
     """The questions of the tiny GPQA-format task (GPQA's columns, one JSON per line)."""
     return os.path.join(task_folder(), TINY_TASK, "gpqa_tiny.jsonl")
