@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from vllm_kimi_eagle.tools import request_metrics, spec_metrics, vllm_server
 from vllm_kimi_eagle.tools.compare.traffic import Request, body
-from vllm_kimi_eagle.tools.progress import say
+from vllm_kimi_eagle.tools.progress import bar, say
 
 NO_DRAFT = "no-draft"
 
@@ -45,19 +45,17 @@ def send_all(server: vllm_server.Server, model: str, requests: list[Request], ra
         return {"id": request.id, "greedy": request.greedy,
                 "text": choice.get("text", (choice.get("message") or {}).get("content")),
                 "output_tokens": answer["usage"]["completion_tokens"],
-                "acceptance": None if acceptance is None else {
-                    "histogram": list(acceptance.histogram),
-                    "draft_tokens": acceptance.draft_tokens,
-                    "acceptance_length": acceptance.acceptance_length}}
+                "acceptance": None if acceptance is None else acceptance.as_dict()}
 
     before = server.scrape()
     started = time.perf_counter()
     answered = []
+    progress = bar(len(chosen), f"[{label}] requests", "request")
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        for done, result in enumerate(pool.map(one, chosen), 1):
+        for result in pool.map(one, chosen):
             answered.append(result)
-            if done % max(1, len(chosen) // 4) == 0 or done == len(chosen):
-                say(f"[{label}] {done}/{len(chosen)} requests answered")
+            progress.update()
+    progress.close()
     seconds = time.perf_counter() - started
     window = server.scrape() - before
     tokens = sum(r["output_tokens"] for r in answered)
@@ -68,7 +66,7 @@ def send_all(server: vllm_server.Server, model: str, requests: list[Request], ra
 
 @contextmanager
 def started(setting: Setting, target: str, args, out: str, version):
-    """A setting's server, up and warmed up; yields (server, its record so far)."""
+    """A setting's server, up; yields (server, its record so far)."""
     speculative = setting.speculative is not None
     extra = vllm_server.server_args(args.server_arg)
     extra += request_metrics.server_args(speculative, version)
