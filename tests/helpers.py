@@ -533,6 +533,26 @@ def docs_bash_block(*needles: str) -> str:
     return blocks[0]
 
 
+def run_as_written(block: str, folder, replacements: dict | None = None,
+                   timeout: float = 1500) -> subprocess.CompletedProcess:
+    """A docs bash block as a user runs it from the checkout, in ``folder`` laid out as
+    one (its eval/ is the checkout's): the checkout's commands and python3 as this
+    interpreter, ``replacements`` applied after, on a machine whose environment sets no
+    VLLM_CPU_KVCACHE_SPACE (what needs it sets it). Its exit must be 0."""
+    commands = {".venv/bin/vllm-kimi-eagle": f"{sys.executable} -m {CLI_MODULE}",
+                "lm_eval run ": f"{sys.executable} -m lm_eval run ",
+                "python3 ": f"{sys.executable} ", **(replacements or {})}
+    for old, new in commands.items():
+        block = block.replace(old, new)
+    if not os.path.lexists(os.path.join(folder, "eval")):
+        os.symlink(os.path.join(REPO, "eval"), os.path.join(folder, "eval"))
+    env = {k: v for k, v in {**os.environ, **BASE_ENV}.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
 def lm_eval_output(folder) -> dict:
     """What lm-eval wrote under an --output_path with --log_samples, one task: its numeric
     metrics and the generated answer of every document."""

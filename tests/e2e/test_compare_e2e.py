@@ -4,13 +4,10 @@ the same requests, with the chat template and without, against no draft."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import BASE_ENV, CLI_MODULE, docs_bash_block
+from tests.helpers import docs_bash_block, run_as_written
 
 pytestmark = pytest.mark.engine
 
@@ -19,13 +16,8 @@ def test_compare_ranks_two_drafts_and_shows_the_templates_cost(tiny, tmp_path):
     """The base draft against EAGLE3.1 (offline acceptance about 2.2 against 2.7), by the
     docs' command as written: the ranking, its interval, the template's cost, and the
     per-request figures adding up to the server's counters over the same requests."""
-    command = docs_bash_block("vllm-kimi-eagle compare", "--tiny-prompts")
-    command = command.replace(".venv/bin/vllm-kimi-eagle", f"{sys.executable} -m {CLI_MODULE}")
-    command = command.replace("python3 ", f"{sys.executable} ")
-    env = {k: v for k, v in {**os.environ, **BASE_ENV}.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = run_as_written(docs_bash_block("vllm-kimi-eagle compare", "--tiny-prompts"),
+                          tmp_path)
     out = tmp_path / "out" / "compare"
     report = json.loads((out / "report.json").read_text())
     print("\n" + (out / "report.md").read_text())

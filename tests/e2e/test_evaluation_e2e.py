@@ -5,19 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import (
-    BASE_ENV,
-    CLI_MODULE,
-    REPO,
-    docs_bash_block,
-    lm_eval_output,
-    run_cli,
-)
+from tests.helpers import docs_bash_block, lm_eval_output, run_as_written, run_cli
 from vllm_kimi_eagle.tools import vllm_server
 from vllm_kimi_eagle.tools.evaluation.tasks import TINY_TASK
 
@@ -37,13 +28,7 @@ def _readme_offline_eval() -> str:
 
 def test_readme_offline_eval_runs_as_written(tiny, tmp_path):
     """The documented command, on a machine whose environment sets no VLLM_CPU_KVCACHE_SPACE."""
-    command = _readme_offline_eval().replace(".venv/bin/vllm-kimi-eagle",
-                                             f"{sys.executable} -m {CLI_MODULE}")
-    command = command.replace("python3 ", f"{sys.executable} ")
-    env = {k: v for k, v in {**os.environ, **BASE_ENV}.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    run_as_written(_readme_offline_eval(), tmp_path)
     out = tmp_path / "out" / "eval"
     for name in ("report.json", "report.md", "report.png", "server-with_draft.log",
                  "server-without_draft.log"):
@@ -160,14 +145,8 @@ def test_lm_eval_clients_give_the_same_answers_with_the_draft(shared_servers, tm
     for name, server in shared_servers.items():
         folder = tmp_path / name
         folder.mkdir()
-        (folder / "eval").symlink_to(os.path.join(REPO, "eval"))
-        command = (block.replace(DOCUMENTED_URL, f"URL={server.base_url}")
-                   .replace("lm_eval run ", f"{sys.executable} -m lm_eval run ")
-                   .replace("python3 ", f"{sys.executable} "))
-        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=folder,
-                              env={**os.environ, **BASE_ENV}, capture_output=True, text=True,
+        proc = run_as_written(block, folder, {DOCUMENTED_URL: f"URL={server.base_url}"},
                               timeout=1200)
-        assert proc.returncode == 0, proc.stderr[-4000:]
         verdicts[name] = proc.stdout.strip().splitlines()[-1]
         runs[name] = {endpoint: lm_eval_output(folder / "out" / "lm-eval" / endpoint)
                       for endpoint in ("chat", "completions")}

@@ -4,13 +4,10 @@ the draft is served in lm-eval's process and the greedy answers equal the run wi
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import BASE_ENV, CLI_MODULE, REPO, docs_bash_block, lm_eval_output
+from tests.helpers import docs_bash_block, lm_eval_output, run_as_written
 from vllm_kimi_eagle.tools.evaluation import lm_eval_cli
 from vllm_kimi_eagle.tools.evaluation.tasks import TINY_TASK
 
@@ -20,14 +17,7 @@ pytestmark = pytest.mark.engine
 def test_lm_eval_vllm_model_serves_the_draft_with_the_same_answers(tiny, tmp_path):
     """The docs' two commands, as written, from a folder laid out as the checkout, on a
     machine whose environment sets no VLLM_CPU_KVCACHE_SPACE (the block sets it)."""
-    block = docs_bash_block("lm-eval run --model vllm", TINY_TASK)
-    command = block.replace(".venv/bin/vllm-kimi-eagle", f"{sys.executable} -m {CLI_MODULE}")
-    command = command.replace("python3 ", f"{sys.executable} ")
-    (tmp_path / "eval").symlink_to(os.path.join(REPO, "eval"))
-    env = {k: v for k, v in {**os.environ, **BASE_ENV}.items() if k != "VLLM_CPU_KVCACHE_SPACE"}
-    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", command], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = run_as_written(docs_bash_block("lm-eval run --model vllm", TINY_TASK), tmp_path)
     lines = [line for line in proc.stdout.splitlines()
              if line.startswith(f"{lm_eval_cli.PROG}:")]
     print("\n" + "\n".join(lines))
