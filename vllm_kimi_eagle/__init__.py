@@ -79,6 +79,7 @@ def _install() -> list[str]:
         draft_choice,
     )
     from vllm_kimi_eagle.config_alias import register_config_alias
+    from vllm_kimi_eagle.cpu_memory import install_cpu_memory
     from vllm_kimi_eagle.cpu_mla_backend import install_cpu_mla_backend_choice
     from vllm_kimi_eagle.cpu_mla_verify import MENDED as VERIFY_MENDED
     from vllm_kimi_eagle.cpu_mla_verify import install_cpu_mla_verify
@@ -105,6 +106,8 @@ def _install() -> list[str]:
         changes.append("CPU MLA backends verify draft tokens in their decode kernels")
     if install_cpu_mla_backend_choice() == "installed":
         changes.append("CPU MLA backend choice mended for models AMX_MLA cannot serve")
+    if install_cpu_memory() in ("installed", "deferred"):
+        changes.append("CPU runner collects the draft tensors vLLM shares with the target")
     register_config_alias()
     install_mla_detection()
     install_speculative_hook(ours=ours)

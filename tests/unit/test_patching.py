@@ -114,3 +114,31 @@ def test_restore_undoes_newest_first_and_only_after_the_mark(owner):
     patching.set_item(registry, "k", "third")
     assert patching.restore(since=middle) == 2
     assert registry == {"k": "first"}
+
+
+def test_when_imported_runs_after_the_module_executes_and_restore_withdraws_it(tmp_path,
+                                                                              monkeypatch):
+    """A change deferred to a module's import runs once that module's code has run (it
+    sees what the module defines), in the import that executes it; one not yet fired is
+    withdrawn by restore(); one for a module already imported runs at once."""
+    import sys
+
+    for name in ("kimi_deferred_a", "kimi_deferred_b"):
+        (tmp_path / f"{name}.py").write_text("VALUE = 41\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen = []
+    start = patching.mark()
+    patching.when_imported("kimi_deferred_a",
+                           lambda: seen.append(sys.modules["kimi_deferred_a"].VALUE + 1))
+    patching.when_imported("kimi_deferred_b", lambda: seen.append("b"))
+    assert seen == []
+    import kimi_deferred_a  # noqa: F401
+    assert seen == [42]
+    patching.restore(since=start)  # b's hook never fired: withdrawn
+    import kimi_deferred_b  # noqa: F401
+    assert seen == [42]
+    assert not any(type(f).__name__ == "_AfterImport" for f in sys.meta_path)
+    patching.when_imported("kimi_deferred_b", lambda: seen.append("now"))
+    assert seen == [42, "now"]
+    for name in ("kimi_deferred_a", "kimi_deferred_b"):
+        sys.modules.pop(name, None)
