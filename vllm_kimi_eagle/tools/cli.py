@@ -57,6 +57,7 @@ TOOL_MODULES = {
     "eval": "vllm_kimi_eagle.tools.evaluation.cli",
     "lm-eval": "vllm_kimi_eagle.tools.evaluation.lm_eval_cli",
     "compare": "vllm_kimi_eagle.tools.compare.cli",
+    "kimi-width": "vllm_kimi_eagle.tools.kimi_width.cli",
 }
 
 

@@ -25,6 +25,9 @@ from vllm_kimi_eagle.tools.gpu_check.verdicts import (
 )
 from vllm_kimi_eagle.tools.progress import say
 
+# The Kimi-width drafts the GPU case serves by default: the full-vocabulary EAGLE3.1 layout
+# and the 32000-token export with d2t (the K3 draft adds 6 GB and two engines).
+KIMI_WIDTH_DRAFTS = ("draft-k26-eagle3.1", "draft-modelopt-32k")
 NEEDS = ("gpu-check needs a CUDA GPU and the CUDA build of vLLM (pip install vllm); "
          "this machine has {found}.")
 # The GPU MLA prefill backends accept only these head dims (Kimi's and DeepSeek's).
@@ -162,6 +165,15 @@ def parse_args(argv):
                    help="skip the engine matrix (only the tokens/s measurement)")
     p.add_argument("--timing-repeats", type=int, default=3)
     p.add_argument("--timing-tokens", type=int, default=128)
+    p.add_argument("--kimi-width", action="store_true",
+                   help="also serve the Kimi-width models (built there, about 15 GB: "
+                        "vllm-kimi-eagle kimi-width), both classes, compiled with CUDA "
+                        "graphs; with --no-matrix --no-timing only them")
+    p.add_argument("--kimi-width-drafts", default=",".join(KIMI_WIDTH_DRAFTS),
+                   help="the Kimi-width drafts to serve (default: %(default)s, sized for "
+                        "15 minutes on one H100)")
+    p.add_argument("--kimi-width-models", default=None,
+                   help="where the Kimi-width models are or are built (kimi-width --models)")
     # For developers checking the orchestration on the CPU build: not a GPU check.
     p.add_argument("--enforce-eager", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--dtype", default=None, help=argparse.SUPPRESS)
@@ -187,6 +199,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import torch
 
+    try:
+        import flashinfer  # noqa: F401
+    except ImportError:  # vLLM's sampler probes flashinfer at start-up unless told not to
+        os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    if args.kimi_width and args.no_matrix and args.no_timing:
+        return kimi_width(args, torch.cuda.device_count())
     from vllm_kimi_eagle.fixtures.cache import build_summary, ensure_tiny_models
 
     models = ensure_tiny_models(args.models)
@@ -197,10 +215,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = os.path.abspath(args.out)
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
-    try:
-        import flashinfer  # noqa: F401
-    except ImportError:  # vLLM's sampler probes flashinfer at start-up unless told not to
-        os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     wanted = [w for w in args.cases.split(",") if w] or [""]
     cases = [] if args.no_matrix else [c for c in matrix(gpus) if any(w in c.name for w in wanted)]
@@ -241,7 +255,24 @@ def main(argv: list[str] | None = None) -> int:
         json.dump(report, f, indent=2)
     failed = [c for c in checks if not c.ok]
     print(f"\n{len(checks) - len(failed)}/{len(checks)} checks passed; wrote {path}")
-    return 1 if failed else 0
+    wide = kimi_width(args, gpus) if args.kimi_width else 0
+    return 1 if failed or wide else 0
+
+
+def kimi_width(args, gpus: int) -> int:
+    """The Kimi-width case: ``kimi-width``'s engines on this GPU (tensor parallel 2 too
+    with two GPUs), compiled with CUDA graphs, ``--parallel`` at a time."""
+    from vllm_kimi_eagle.tools.kimi_width import cli as wide
+
+    say("kimi-width: the draft classes at Kimi's width, compiled, with CUDA graphs")
+    argv = ["--drafts", args.kimi_width_drafts, "--tensor-parallel", "1,2" if gpus >= 2 else "1",
+            "--k", str(args.k), "--parallel", str(args.parallel),
+            # the GPU shared by --parallel engines, each holding about 13 GB of weights
+            "--gpu-memory-utilization", str(round(0.9 / args.parallel, 2)),
+            "--out", os.path.join(args.out, "kimi-width")]
+    if args.kimi_width_models:
+        argv += ["--models", args.kimi_width_models]
+    return wide.main(argv)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,69 @@
+"""Loaded only by the processes of a ``kimi-width`` measurement (its folder is put on their
+PYTHONPATH), never by a user's vLLM: times each call of vLLM's weight loader and prints one
+line per model with the process's memory before and after.
+
+vLLM logs its own "Loading weights took" once per process (``info_once``), so the draft's
+loading, which comes second, is never logged; this line is what the measurement reads.
+"""
+
+import importlib.abc
+import importlib.util
+import json
+import sys
+import time
+
+PREFIX = "VLLM_KIMI_EAGLE_LOAD "
+MODULE = "vllm.model_executor.model_loader.default_loader"
+
+
+def memory_kib() -> dict:
+    """This process's resident memory now (anonymous and all) and its peak, in KiB, and
+    what torch holds on the GPU where one is in use."""
+    found = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM", "RssAnon"):
+                found[key] = int(value.split()[0])
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        found["cuda_allocated"] = torch.cuda.memory_allocated() // 1024
+    return found
+
+
+def _wrap(module) -> None:
+    loader = module.DefaultModelLoader
+    original = loader.load_weights
+
+    def load_weights(self, model, model_config):
+        before, started = memory_kib(), time.perf_counter()
+        try:
+            return original(self, model, model_config)
+        finally:
+            line = {"model": model_config.model, "class": type(model).__module__ + "."
+                    + type(model).__qualname__, "seconds": round(time.perf_counter() - started, 3),
+                    "before_kib": before, "after_kib": memory_kib()}
+            print(PREFIX + json.dumps(line), flush=True)
+
+    loader.load_weights = load_weights
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Wraps the loader right after vLLM imports its module, in whichever process."""
+
+    def find_spec(self, name, path, target=None):
+        if name != MODULE:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            _wrap(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _AfterImport())
