@@ -134,11 +134,12 @@ def test_a_wrong_explicit_convention_is_caught_confirmed_and_written(tiny, captu
     assert rec["capture_ids"] == [2, 3, 5] and code == cli.EXIT_RECOMMEND
     assert rec["online"]["drafts"] > 0 and report["current"]["online"]["drafts"] > 0
     assert rec["online"]["acceptance_length"] > report["current"]["online"]["acceptance_length"]
-    # Served, the two readings compared prompt by prompt (vLLM's per-request figures):
+    # Served, the counters decide (every release has them); vLLM's per-request figures
+    # are reported beside them, prompt by prompt:
     online = rec["online_difference"]
     assert len(rec["online"]["per_prompt"]) == online["pairs"] == report["prompts"]
     print(f"served, prompt by prompt: {online}")
-    assert online["mean"] > 0 and online["high"] > 0 and "prompt by prompt" in rec["why"]
+    assert online["mean"] > 0 and "served by vLLM on the same prompts" in rec["why"]
     assert json.loads(open(os.path.join(written, "config.json")).read())[CONVENTION_KEY] == \
         "input-of"
     assert json.loads(open(os.path.join(draft, "config.json")).read())[CONVENTION_KEY] == \

@@ -109,33 +109,50 @@ def _rows(lengths):
     return [{"reading": f"r{i}", "acceptance_length": a} for i, a in enumerate(lengths)]
 
 
-def test_decision_needs_the_lead_to_hold_over_resampled_prompts():
+def test_decision_is_the_paired_verdict_over_prompts():
     positions = torch.full((20,), 50.0)
     steady = {0: torch.full((20, 3), 30.0), 1: torch.full((20, 3), 20.0)}
-    samples = scoring.bootstrap(steady, positions)
-    won = decide(_rows([2.8, 2.2]), current=1, samples=samples)
+    steady[0][::2] += 1.0  # not the same on every prompt: a spread to have an interval
+    per_prompt = {i: scoring.per_prompt(m, positions) for i, m in steady.items()}
+    won = decide(_rows([2.8, 2.2]), current=1, per_prompt=per_prompt)
     assert won["status"] == "change" and won["row"] == 0 and won["beats_current"]
-    assert "100.0%" in won["why"] and won["difference"] == [0.6, 0.6]
+    assert won["difference"]["status"] == "higher" and won["difference"]["pairs"] == 20
+    assert won["why"].startswith("r0 is higher than r1 in offline acceptance length per "
+                                 "prompt by 0.6")
     # Today's reading best and clearly ahead of the runner-up: kept, decided.
-    kept = decide(_rows([2.8, 2.2]), current=0, samples=samples)
+    kept = decide(_rows([2.8, 2.2]), current=0, per_prompt=per_prompt)
     assert kept["status"] == "keep" and kept["row"] == 0 and not kept["beats_current"]
     # Ahead on average, but only thanks to two prompts: undecided, today's reading stays,
-    # with the interval of the difference.
+    # with the interval's two ends.
     lucky = torch.full((20, 3), 20.0)
     lucky[:2] = 45.0
     noisy = {0: lucky, 1: torch.full((20, 3), 21.0)}
-    samples = scoring.bootstrap(noisy, positions)
+    per_prompt = {i: scoring.per_prompt(m, positions) for i, m in noisy.items()}
     mean0 = 1 + float(lucky.sum() / positions.sum())
-    tie = decide(_rows([mean0, 2.26]), current=1, samples=samples)
+    tie = decide(_rows([mean0, 2.26]), current=1, per_prompt=per_prompt)
     assert tie["status"] == "undecided" and tie["row"] == 1 and not tie["beats_current"]
-    low, high = tie["difference"]
-    assert low < 0 < high and "short of 95.00%" in tie["why"]
-    # The same inputs give the same samples: a recommendation cannot flip between runs.
-    again = scoring.bootstrap(noisy, positions)
-    assert all((again[i] == samples[i]).all() for i in samples)
+    assert tie["difference"]["low"] < 0 < tie["difference"]["high"]
+    assert "95% interval" in tie["why"] and "today's reading stays" in tie["why"]
+    # A stricter look (several rounds planned) asks for more: the same data, undecided.
+    close = {0: torch.full((20, 3), 21.0), 1: torch.full((20, 3), 20.0)}
+    close[0][::2] += 1.5
+    close[0][1::2] -= 0.8
+    per_prompt = {i: scoring.per_prompt(m, positions) for i, m in close.items()}
+    assert decide(_rows([2.3, 2.2]), 1, per_prompt)["status"] == "change"
+    assert decide(_rows([2.3, 2.2]), 1, per_prompt, confidence=0.999999)["status"] == \
+        "undecided"
     # Today's reading refused by the plugin: the best reading is what to apply.
-    applied = decide(_rows([2.1, 2.5]), None, samples)
+    applied = decide(_rows([2.1, 2.5]), None, per_prompt)
     assert applied["row"] == 1 and applied["status"] == "apply"
+
+
+def test_too_few_prompts_never_decide():
+    positions = torch.full((4,), 50.0)
+    steady = {0: torch.full((4, 3), 30.0), 1: torch.full((4, 3), 10.0)}
+    steady[0][0] += 1.0
+    per_prompt = {i: scoring.per_prompt(m, positions) for i, m in steady.items()}
+    decision = decide(_rows([2.8, 1.6]), current=1, per_prompt=per_prompt)
+    assert decision["status"] == "undecided" and "no verdict from 4 requests" in decision["why"]
 
 
 def test_looking_after_every_round_is_paid_for():
@@ -188,49 +205,43 @@ def test_the_written_copy_serves_the_calibrated_base_wherever_the_config_wrote_i
 def _change():
     from vllm_kimi_eagle.tools.calibrate.decision import CHANGE
 
-    return {"status": CHANGE, "row": 1, "beats_current": True, "ahead": 0.99,
-            "difference": [0.02, 0.1], "why": "output-of leads offline"}
+    return {"status": CHANGE, "row": 1, "beats_current": True, "difference": None,
+            "why": "output-of is higher than input-of"}
 
 
-def _served_rows(ours: list[float], today: list[float]) -> list[dict]:
-    def online(values):
-        return {"acceptance_length": round(sum(values) / len(values), 4),
-                "acceptance_by_position": [], "drafts": 100, "per_prompt": values}
+def _served_rows(ours: list[float] | None, today: list[float] | None, ours_mean: float,
+                 today_mean: float) -> list[dict]:
+    def online(values, mean):
+        return {"acceptance_length": mean, "acceptance_by_position": [], "drafts": 100,
+                "per_prompt": values}
 
-    return [{"reading": "input-of", "online": online(today)},
-            {"reading": "output-of", "online": online(ours)}]
+    return [{"reading": "input-of", "online": online(today, today_mean)},
+            {"reading": "output-of", "online": online(ours, ours_mean)}]
 
 
-def test_served_the_change_is_judged_prompt_by_prompt():
-    """The true reading ahead by 0.06 on every prompt, in prompts that differ far more
-    from each other: its served mean can trail by chance, the paired interval cannot."""
-    import random
+# Served figures where the paired per-prompt mean and the pooled counters disagree: the
+# recommended reading trails on most prompts but leads on the long ones (pooled).
+OURS = [2.0, 2.0, 2.0, 3.4] * 6
+TODAY = [2.1, 2.1, 2.1, 3.2] * 6
 
+
+@pytest.mark.parametrize("per_request", [True, False], ids=["0.29-on", "0.28"])
+def test_served_the_same_rule_decides_on_every_release(per_request):
+    """The change stands unless vLLM's pooled counters give today's reading the higher
+    acceptance; vLLM's per-request figures (0.29 on) are reported and decide nothing, so
+    the same served data gives the same verdict with and without them."""
     from vllm_kimi_eagle.tools.calibrate.decision import CHANGE, UNDECIDED, recheck_online
 
-    rng = random.Random(5)
-    today = [rng.uniform(1.6, 3.4) for _ in range(24)]
-    ours = [t + 0.06 + rng.gauss(0, 0.03) for t in today]
-    rows = _served_rows(ours, today)
-    kept = recheck_online(_change(), rows, current=0)
-    assert kept["status"] == CHANGE and kept["online_difference"]["low"] > 0
-    assert "prompt by prompt, output-of minus today's +0.0" in kept["why"]
-    # A served mean that trails by chance (the aggregate rule withdrew such changes):
-    rows[1]["online"]["acceptance_length"] = rows[0]["online"]["acceptance_length"] - 0.01
-    assert recheck_online(_change(), rows, current=0)["status"] == CHANGE
-    # Served figures that put today's reading ahead withdraw it, with the interval:
-    rows = _served_rows(today, ours)
-    withdrawn = recheck_online(_change(), rows, current=0)
+    figures = (OURS, TODAY) if per_request else (None, None)
+    # Pooled, the recommended reading leads (its long prompts weigh more): it stands,
+    # though prompt by prompt it trails.
+    kept = recheck_online(_change(), _served_rows(*figures, 2.61, 2.55), current=0)
+    assert kept["status"] == CHANGE and "today's 2.55" in kept["why"]
+    if per_request:
+        assert kept["online_difference"]["mean"] < 0
+    else:
+        assert kept["online_difference"] is None
+    # Pooled, today's reading leads: withdrawn, whatever the per-request figures say.
+    withdrawn = recheck_online(_change(), _served_rows(*figures, 2.50, 2.55), current=0)
     assert withdrawn["status"] == UNDECIDED and withdrawn["row"] == 0
-    assert withdrawn["online_difference"]["high"] < 0 and "today's reading stays" in withdrawn["why"]
-
-
-def test_without_per_request_figures_the_served_means_decide():
-    from vllm_kimi_eagle.tools.calibrate.decision import CHANGE, UNDECIDED, recheck_online
-
-    rows = _served_rows([2.5, 2.5], [2.4, 2.4])
-    for row in rows:
-        row["online"]["per_prompt"] = None  # vLLM before 0.29
-    assert recheck_online(_change(), rows, current=0)["status"] == CHANGE
-    rows[1]["online"]["acceptance_length"] = 2.3
-    assert recheck_online(_change(), rows, current=0)["status"] == UNDECIDED
+    assert "today's reading stays" in withdrawn["why"]

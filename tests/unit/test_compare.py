@@ -110,19 +110,32 @@ def _answers(texts, histograms, greedy=True):
 
 
 def test_the_analysis_pairs_requests_and_checks_greedy_answers():
-    none = {"variants": {"sent": _answers(["a", "b", "c"], [None] * 3)}}
-    good = {"variants": {"sent": _answers(["a", "b", "c"], [[0, 0, 1, 3], [0, 1, 0, 3],
-                                                          [0, 0, 0, 4]])}}
-    weak = {"variants": {"sent": _answers(["a", "x", "c"], [[2, 2, 0, 0], [3, 1, 0, 0],
-                                                          [1, 3, 0, 0]])}}
+    texts = list("abcdefghijkl")
+    none = {"variants": {"sent": _answers(texts, [None] * 12)}}
+    good = {"variants": {"sent": _answers(texts, [[0, 0, 1, 3], [0, 1, 0, 3],
+                                                  [0, 0, 0, 4]] * 4)}}
+    weak = {"variants": {"sent": _answers(["a", "x"] + texts[2:], [[2, 2, 0, 0], [3, 1, 0, 0],
+                                                                   [1, 3, 0, 0]] * 4)}}
     runs = {run.NO_DRAFT: none, "good": good, "weak": weak}
     (pair,) = analysis.comparisons(runs)
     assert pair["settings"] == ["good", "weak"] and pair["difference"]["low"] > 0
     assert pair["verdict"].startswith("good is higher than weak")
+    assert "12 requests paired" in pair["verdict"]
     greedy = analysis.greedy_agreement(runs)
-    assert greedy == {"good/sent": {"compared": 3, "differ": []},
-                      "weak/sent": {"compared": 3, "differ": ["1"]}}
+    assert greedy == {"good/sent": {"compared": 12, "differ": []},
+                      "weak/sent": {"compared": 12, "differ": ["1"]}}
     assert analysis.speedups(runs) == {"good/sent": 1.0, "weak/sent": 1.0}
+
+
+def test_three_requests_give_no_verdict():
+    """A "95%" win from three requests is no verdict: the minimum is said instead."""
+    texts = ["a", "b", "c"]
+    runs = {run.NO_DRAFT: {"variants": {"sent": _answers(texts, [None] * 3)}},
+            "good": {"variants": {"sent": _answers(texts, [[0, 0, 1, 3]] * 3)}},
+            "weak": {"variants": {"sent": _answers(texts, [[2, 2, 0, 0]] * 3)}}}
+    (pair,) = analysis.comparisons(runs)
+    assert pair["difference"]["status"] == "too-few"
+    assert "no verdict from 3 requests" in pair["verdict"]
 
 
 def test_per_request_sums_are_checked_against_the_window():

@@ -65,17 +65,26 @@ def test_started_servers_ask_for_the_figures_only_with_a_draft_and_a_release_tha
     assert request_metrics.server_args(True, Version("0.28.0")) == []
 
 
-def test_a_clear_difference_is_named_with_its_interval():
+def test_a_clear_difference_is_named_with_its_intervals_two_ends():
     rng = random.Random(1)
     better = [2.8 + rng.gauss(0, 0.2) for _ in range(16)]
     worse = [b - 0.5 + rng.gauss(0, 0.1) for b in better]
     d = paired.paired_difference(better, worse)
+    assert d["status"] == paired.HIGHER
     assert 0 < d["low"] < d["mean"] < d["high"] and d["mean"] == pytest.approx(0.5, abs=0.1)
     line = paired.verdict("A", "B", d, "acceptance length")
     assert line.startswith("A is higher than B in acceptance length by 0.")
-    assert "(95%, 16 requests paired)" in line
-    assert paired.verdict("B", "A", paired.paired_difference(worse, better),
-                          "x").startswith("A is higher than B in x")
+    assert f"(95% interval {d['low']:.3f} to {d['high']:.3f}, 16 requests paired)" in line
+    flipped = paired.verdict("B", "A", paired.paired_difference(worse, better), "x")
+    assert flipped.startswith("A is higher than B in x") and "±" not in flipped
+    assert f"95% interval {d['low']:.3f} to {d['high']:.3f}" in flipped
+
+
+def test_a_skewed_interval_is_written_as_its_ends_not_plus_minus_half():
+    d = {"pairs": 40, "mean": 0.26, "low": 0.01, "high": 0.634, "level": 0.95,
+         "status": paired.HIGHER, "pairs_needed": None, "min_pairs": paired.MIN_PAIRS}
+    assert paired.verdict("A", "B", d, "x") == (
+        "A is higher than B in x by 0.260 (95% interval 0.010 to 0.634, 40 requests paired)")
 
 
 def test_pairing_sees_what_two_unpaired_means_would_not():
@@ -84,22 +93,60 @@ def test_pairing_sees_what_two_unpaired_means_would_not():
     rng = random.Random(2)
     base = [rng.uniform(1.5, 3.5) for _ in range(24)]
     a = [x + 0.06 + rng.gauss(0, 0.02) for x in base]
-    d = paired.paired_difference(a, base)
-    assert d["low"] > 0
+    assert paired.paired_difference(a, base)["status"] == paired.HIGHER
 
 
-def test_an_undecided_difference_says_how_many_requests_would_tell():
-    rng = random.Random(3)
-    a = [rng.gauss(2.5, 0.5) for _ in range(8)]
-    b = [x + rng.gauss(0.02, 0.5) for x in a]
-    d = paired.paired_difference(a, b)
-    assert d["low"] < 0 < d["high"]
+@pytest.mark.parametrize("n", [1, 2, 3, paired.MIN_PAIRS - 1])
+def test_no_verdict_from_fewer_pairs_than_the_minimum(n):
+    d = paired.paired_difference([2.5] * n, [2.0] * n)
+    assert d["status"] == paired.TOO_FEW and d["low"] is None
     line = paired.verdict("A", "B", d, "acceptance length")
-    assert line.startswith("A and B are not distinguishable in acceptance length with 8 "
-                           "requests: about ")
-    assert d["pairs_needed"] > 8
-    same = paired.paired_difference([2.0, 2.5], [2.0, 2.5])
-    assert "no difference was seen at all" in paired.verdict("A", "B", same, "x")
+    assert f"no verdict from {n} request" in line
+    assert f"at least {paired.MIN_PAIRS} are needed" in line
+    assert "higher" not in line
+
+
+def test_float_noise_is_not_a_difference():
+    """[2.3, 1.7, 2.0] against 2.0 three times: the mean is -4e-17 in floats, zero here."""
+    a, b = [2.3, 1.7, 2.0] * 4, [2.0] * 12
+    d = paired.paired_difference(a, b)
+    assert d["mean"] == 0.0 and d["status"] == paired.UNDECIDED and d["pairs_needed"] is None
+    line = paired.verdict("A", "B", d, "acceptance length")
+    assert "the requests' differences cancel" in line and "about" not in line
+    same = paired.paired_difference([2.0, 2.5] * 5, [2.0 + 1e-12, 2.5] * 5)
+    assert same["status"] == paired.SAME
+    assert "gave the same acceptance length on every one of 10 requests" in paired.verdict(
+        "A", "B", same, "acceptance length")
+
+
+def test_an_undecided_difference_asks_for_more_requests_than_it_had():
+    """The count is for the stated power at the difference seen: never fewer than the
+    requests that could not tell, and never absurd."""
+    rng = random.Random(3)
+    for trial in range(200):
+        a = [rng.gauss(2.5, 0.5) for _ in range(20)]
+        b = [x + rng.gauss(0.05, 0.5) for x in a]
+        d = paired.paired_difference(a, b)
+        if d["status"] != paired.UNDECIDED:
+            continue
+        assert d["pairs_needed"] is None or 20 < d["pairs_needed"] <= paired.MAX_NEEDED
+        if d["pairs_needed"]:
+            line = paired.verdict("A", "B", d, "acceptance length")
+            assert line.startswith("A and B are not distinguishable in acceptance length "
+                                   "with 20 requests (difference ")
+            assert f"about {d['pairs_needed']} requests would find" in line
+    # A mean difference of 0.0001 at a spread of 0.5: no practical count, said so.
+    tiny = paired.paired_difference([2.5001, 1.5001] * 15, [2.0] * 30)
+    assert tiny["status"] == paired.UNDECIDED and tiny["pairs_needed"] is None
+    assert "too small to tell apart with any practical number of requests" in \
+        paired.verdict("A", "B", tiny, "x")
+
+
+def test_non_finite_figures_are_refused_by_request():
+    with pytest.raises(paired.FiguresError, match=r"request 'r7'.*nan, not a finite number"):
+        paired.paired_difference([2.0, float("nan")], [2.0, 2.0], ids=["r6", "r7"])
+    with pytest.raises(paired.FiguresError, match="second side is inf"):
+        paired.paired_difference([2.0], [float("inf")])
 
 
 def test_unpaired_figures_are_refused():

@@ -1,51 +1,131 @@
-"""Two settings measured on the same requests: the paired difference, its bootstrap
-confidence interval, and the verdict a user reads (which is better, by how much, or how
-many requests would tell)."""
+"""Two settings measured on the same requests: whether one is higher, by how much, or how
+many requests would tell. The one place compare, calibrate and eval get a verdict from.
+
+The statistic is the mean of the per-request differences ``a[i] - b[i]``; its interval is
+the paired t interval at ``LEVEL`` (``scipy.stats.t``). Per-request acceptance lengths are
+bounded (1 to k + 1), skewed and full of ties (a short request drafts a few steps: 2.0,
+2.5, 3.0 again and again), so the mean of a few dozen differences is close to normal and
+the t interval keeps its level there; a percentile bootstrap has no coverage at all from
+one or two requests and too little at ten, and BCa breaks down where every resample ties.
+``tests/unit/test_paired_simulation.py`` draws requests of that shape with no difference
+and with a known one, and holds the interval's coverage and its false verdicts to the
+level.
+
+The rules:
+
+- at least ``MIN_PAIRS`` pairs, or no verdict (it says how many are needed);
+- differences within ``TOLERANCE`` of zero are zero (float noise is not a difference);
+- a figure that is not a finite number is refused, naming the request;
+- the interval is written as its two ends (a skewed interval is not "± half");
+- where the interval holds zero, the requests needed are those that would find the mean
+  difference seen here with ``POWER`` (two-sided, at ``LEVEL``), or no count where the
+  mean difference is within ``TOLERANCE`` of zero or would need more than ``MAX_NEEDED``.
+"""
 
 from __future__ import annotations
 
 import math
-import random
-import statistics
-
-from vllm_kimi_eagle.tools.request_metrics import percentile
+from collections.abc import Sequence
 
 LEVEL = 0.95
-Z = 1.96  # the normal quantile of LEVEL, for the number of requests a difference needs
-RESAMPLES = 10000
+POWER = 0.80
+MIN_PAIRS = 10
+TOLERANCE = 1e-9
+MAX_NEEDED = 100_000
+# What a difference is: the settings' names in order, where it goes.
+HIGHER, LOWER, UNDECIDED, SAME, TOO_FEW = "higher", "lower", "undecided", "same", "too-few"
 
 
-def paired_difference(a: list[float], b: list[float], resamples: int = RESAMPLES,
-                      seed: int = 0) -> dict:
-    """Mean of a[i] - b[i] with a percentile-bootstrap interval (LEVEL), and about how
-    many pairs an interval that excludes zero needs at this spread."""
-    if len(a) != len(b) or not a:
-        raise ValueError(f"paired figures need the same requests on both sides and at "
-                         f"least one: {len(a)} and {len(b)} found")
-    diffs = [x - y for x, y in zip(a, b)]
+class FiguresError(ValueError):
+    """Figures a verdict cannot be drawn from (names the request and the value)."""
+
+
+def _checked(a: Sequence[float], b: Sequence[float], ids: Sequence | None) -> list[float]:
+    if len(a) != len(b):
+        raise FiguresError(f"paired figures need the same requests on both sides: "
+                           f"{len(a)} and {len(b)} found")
+    names = list(ids) if ids is not None else list(range(len(a)))
+    for side, values in (("first", a), ("second", b)):
+        for name, value in zip(names, values):
+            if not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise FiguresError(f"request {name!r}: its figure on the {side} side is "
+                                   f"{value!r}, not a finite number; leave that request out "
+                                   "of the pairs")
+    return [0.0 if abs(x - y) <= TOLERANCE else x - y for x, y in zip(a, b)]
+
+
+def needed_pairs(mean: float, sd: float, level: float = LEVEL, power: float = POWER
+                 ) -> int | None:
+    """Pairs that find a mean difference ``mean`` at spread ``sd`` with ``power``
+    (two-sided, at ``level``, normal approximation); None where there is no difference to
+    find or it would take more than MAX_NEEDED."""
+    from statistics import NormalDist
+
+    if abs(mean) <= TOLERANCE or sd <= TOLERANCE:
+        return None
+    z = NormalDist().inv_cdf
+    n = math.ceil(((z(1 - (1 - level) / 2) + z(power)) * sd / abs(mean)) ** 2)
+    return max(n, MIN_PAIRS) if n <= MAX_NEEDED else None
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float], ids: Sequence | None = None,
+                      level: float = LEVEL) -> dict:
+    """The paired difference of ``a`` over ``b``: ``pairs``, ``mean``, the interval
+    ``low``/``high`` at ``level`` (None below MIN_PAIRS), ``sd``, ``status`` (HIGHER: a
+    above b; LOWER; UNDECIDED; SAME on every request; TOO_FEW) and ``pairs_needed``."""
+    from scipy import stats
+
+    diffs = _checked(a, b, ids)
     n = len(diffs)
-    mean = sum(diffs) / n
-    rng = random.Random(seed)
-    means = [sum(rng.choices(diffs, k=n)) / n for _ in range(resamples)]
-    tail = (1 - LEVEL) / 2 * 100
-    spread = statistics.stdev(diffs) if n > 1 else 0.0
-    needed = math.ceil((Z * spread / abs(mean)) ** 2) if mean and spread else None
-    return {"pairs": n, "mean": round(mean, 4), "low": round(percentile(means, tail), 4),
-            "high": round(percentile(means, 100 - tail), 4), "sd": round(spread, 4),
-            "pairs_needed": needed}
+    mean = sum(diffs) / n if n else 0.0
+    if abs(mean) <= TOLERANCE:
+        mean = 0.0
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1)) if n > 1 else 0.0
+    result = {"pairs": n, "mean": round(mean, 4), "sd": round(sd, 4), "level": level,
+              "low": None, "high": None, "min_pairs": MIN_PAIRS,
+              "pairs_needed": needed_pairs(mean, sd, level)}
+    if n and all(d == 0.0 for d in diffs):
+        return dict(result, status=SAME, low=0.0, high=0.0, pairs_needed=None)
+    if n < MIN_PAIRS:
+        return dict(result, status=TOO_FEW)
+    half = stats.t.ppf(1 - (1 - level) / 2, n - 1) * sd / math.sqrt(n)
+    low, high = mean - half, mean + half
+    status = HIGHER if low > 0 else LOWER if high < 0 else UNDECIDED
+    return dict(result, status=status, low=round(low, 4), high=round(high, 4))
+
+
+def interval_words(difference: dict, sign: float = 1.0) -> str:
+    """"95% interval 0.010 to 0.634" (negated with ``sign`` -1, ends swapped)."""
+    low, high = difference["low"], difference["high"]
+    if sign < 0:
+        low, high = -high, -low
+    return f"{difference['level']:.0%} interval {low:.3f} to {high:.3f}"
 
 
 def verdict(first: str, second: str, difference: dict, what: str) -> str:
-    """One line: which side is higher in ``what`` with the interval, or that this many
-    pairs cannot tell them apart and about how many could."""
-    half = (difference["high"] - difference["low"]) / 2
-    mean, n = difference["mean"], difference["pairs"]
-    level = f"{LEVEL:.0%}, {n} requests paired"
-    if difference["low"] > 0:
-        return f"{first} is higher than {second} in {what} by {mean:.3f} ± {half:.3f} ({level})"
-    if difference["high"] < 0:
-        return f"{second} is higher than {first} in {what} by {-mean:.3f} ± {half:.3f} ({level})"
+    """One line a user can act on: which is higher in ``what``, by how much, with the
+    interval's two ends; or why no verdict, and what would give one."""
+    n, mean, status = difference["pairs"], difference["mean"], difference["status"]
+    paired = f"{n} requests paired"
+    if status == SAME:
+        return f"{first} and {second} gave the same {what} on every one of {n} requests"
+    if status == TOO_FEW:
+        return (f"{first} against {second} in {what}: no verdict from {n} request"
+                f"{'s' if n != 1 else ''}; at least {difference['min_pairs']} are needed "
+                f"(mean difference so far {mean:+.3f})")
+    if status == HIGHER:
+        return (f"{first} is higher than {second} in {what} by {mean:.3f} "
+                f"({interval_words(difference)}, {paired})")
+    if status == LOWER:
+        return (f"{second} is higher than {first} in {what} by {-mean:.3f} "
+                f"({interval_words(difference, -1)}, {paired})")
     needed = difference["pairs_needed"]
-    more = (f"about {needed} are needed to tell a difference of {abs(mean):.3f}"
-            if needed else "no difference was seen at all")
-    return f"{first} and {second} are not distinguishable in {what} with {n} requests: {more}"
+    if needed is None:
+        more = ("no difference on average: the requests' differences cancel"
+                if mean == 0 else f"a difference of {abs(mean):.3f} is too small to tell "
+                f"apart with any practical number of requests")
+    else:
+        more = (f"about {needed} requests would find a difference of {abs(mean):.3f} "
+                f"{POWER:.0%} of the time")
+    return (f"{first} and {second} are not distinguishable in {what} with {n} requests "
+            f"(difference {mean:+.3f}, {interval_words(difference)}): {more}")

@@ -17,10 +17,11 @@ How it measures, with one start of the target:
    with the checkpoint's weights) runs its k chained steps on those captured states,
    teacher-forced on the target's greedy tokens, and counts how many it gets right in a
    row (``scoring``): an offline acceptance length per candidate, per position, per
-   prompt, with a bootstrap over prompts for the noise;
+   prompt, compared prompt by prompt (``decision``, ``tools/paired.py``);
 3. **confirm**: the best candidate and the reading the plugin applies today are served
    by vLLM with the draft (a calibrated copy of its folder), and their acceptance is read
-   from vLLM's own counters.
+   from vLLM's own counters: a recommendation stands unless vLLM gives today's reading
+   the higher one (the same rule on every release).
 
 When the best reading beats today's by more than the noise, the command says which
 setting to apply and exits 3; ``--write DIR`` writes a calibrated copy of the draft

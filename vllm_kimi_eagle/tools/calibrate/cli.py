@@ -26,6 +26,7 @@ from vllm_kimi_eagle.tools.calibrate.inputs import (
 )
 from vllm_kimi_eagle.tools.calibrate.prompts import default_prompts, is_tiny_target, read_prompts
 from vllm_kimi_eagle.tools.calibrate.report import format_table, summary, write_copy
+from vllm_kimi_eagle.tools import paired
 from vllm_kimi_eagle.tools.progress import say
 
 EXIT_RECOMMEND, EXIT_ERROR = 3, 2
@@ -105,7 +106,7 @@ def load_models(readings: list[Reading], draft: str, target: str, device: str | 
             for theta in dict.fromkeys(r.rope_theta for r in readings)}
 
 
-def rows_of(readings: list[Reading], matched: dict, positions, samples: dict) -> list[dict]:
+def rows_of(readings: list[Reading], matched: dict, positions) -> list[dict]:
     rows = []
     for i, reading in enumerate(readings):
         length, by_position = scoring.acceptance(matched[i], positions)
@@ -113,8 +114,7 @@ def rows_of(readings: list[Reading], matched: dict, positions, samples: dict) ->
                      "rope_theta": reading.rope_theta, "labels": list(reading.labels),
                      "acceptance_length": round(length, 4),
                      "per_position": [round(p, 4) for p in by_position],
-                     "drafts": int(positions.sum()),
-                     "interval": [round(float(q), 4) for q in _quantiles(samples[i])]})
+                     "drafts": int(positions.sum())})
     return rows
 
 
@@ -143,15 +143,17 @@ def measure(readings, current, pool, store, models, args, budget) -> tuple:
         new, new_positions = score_readings(readings, models, capture, args.k)
         matched = {i: torch.cat([matched[i], new[i]]) for i in matched}
         positions, done = torch.cat([positions, new_positions]), size
-        samples = scoring.bootstrap(matched, positions)
-        rows = rows_of(readings, matched, positions, samples)
-        decision = decisions.decide(rows, current, samples, confidence)
+        rows = rows_of(readings, matched, positions)
+        per_prompt = {i: scoring.per_prompt(matched[i], positions) for i in matched}
+        decision = decisions.decide(rows, current, per_prompt, confidence)
+        difference = decision["difference"]
         rounds.append({"prompts": size, "seconds": round(time.perf_counter() - t, 1),
-                       "status": decision["status"], "ahead": decision["ahead"]})
-        say(f"round {len(rounds)}: {size} prompts, {decision['status']}"
-            + (f" ({decision['ahead']:.1%} ahead, needs {confidence:.2%})"
-               if decision["ahead"] is not None else "")
-            + f" ({rounds[-1]['seconds']} s)")
+                       "status": decision["status"], "difference": difference})
+        interval = (f" (difference {difference['mean']:+.3f}, "
+                    f"{paired.interval_words(difference)})"
+                    if difference and difference["low"] is not None else "")
+        say(f"round {len(rounds)}: {size} prompts, {decision['status']}{interval} "
+            f"({rounds[-1]['seconds']} s)")
         if decision["status"] != decisions.UNDECIDED:
             break
         following = next((n for n in sizes if n > size), None)
@@ -293,8 +295,3 @@ def calibrate(args) -> int:
     print(json.dumps(report) if args.json else summary(report, args))
     return EXIT_RECOMMEND if decision["beats_current"] else 0
 
-
-def _quantiles(values):
-    import numpy as np
-
-    return np.quantile(values, [0.05, 0.95])

@@ -1,21 +1,24 @@
-"""Which reading ``calibrate`` recommends, and when it has measured enough to say so.
+"""Which reading ``calibrate`` recommends, and when it has measured enough to say so. One
+rule on every vLLM release (docs/layer-ids.md, "Decision"):
 
-Readings are compared on the same prompts, with a paired bootstrap over prompts. The run
-measures in rounds (more prompts each time) and stops as soon as the comparison that
-matters is decided:
-
-- today's reading measures best: it is *kept* once it is ahead of the runner-up in at
-  least the confidence asked for of the resampled prompt sets;
-- another reading measures best: it is *recommended* once it is ahead of today's as often;
-- otherwise the run measures more prompts, and when the prompts or the time run out it
-  says the comparison is *undecided*, with the interval of the difference, and keeps
-  today's reading (never a silent keep).
-
-Looking after every round would let noise decide more often than once in twenty; each
-look is held to ``1 - (1 - CONFIDENCE) / looks`` so that the run as a whole does not.
+1. **Offline, paired over prompts.** Each reading's offline acceptance length per prompt
+   (its own positions pooled) is compared prompt by prompt with ``tools/paired.py``, the
+   verdict compare gives too: a paired t interval. Today's reading is *kept* once it is
+   higher than the runner-up; another reading is *recommended* once it is higher than
+   today's; otherwise the run measures more prompts, and when the prompts or the time run
+   out the comparison is *undecided* and today's reading stays (never a silent keep).
+   Looking after every round would let noise decide more often than once in twenty: each
+   look's interval is held to ``1 - (1 - CONFIDENCE) / looks``.
+2. **Served, a check.** A recommendation is served by vLLM beside today's reading on the
+   same prompts; it stands unless vLLM's counters, pooled over those prompts, give today's
+   reading the higher acceptance length. Every release has those counters, so the same
+   data gives the same verdict on every release; vLLM's per-request figures (0.29 on)
+   are reported beside it and decide nothing.
 """
 
 from __future__ import annotations
+
+from vllm_kimi_eagle.tools import paired
 
 CONFIDENCE = 0.95
 CHANGE, KEEP, UNDECIDED, APPLY = "change", "keep", "undecided", "apply"
@@ -26,52 +29,49 @@ def per_look(planned_looks: int) -> float:
     return 1 - (1 - CONFIDENCE) / max(planned_looks, 1)
 
 
-def _interval(difference) -> list[float]:
-    import numpy as np
+def _pairs(per_prompt: dict, lead: int, trail: int) -> tuple[list[float], list[float], list]:
+    """The two readings' per-prompt lengths over the prompts both scored."""
+    both = [p for p, (x, y) in enumerate(zip(per_prompt[lead], per_prompt[trail]))
+            if x is not None and y is not None]
+    return ([per_prompt[lead][p] for p in both], [per_prompt[trail][p] for p in both],
+            [f"prompt {p}" for p in both])
 
-    return [round(float(q), 4) for q in np.quantile(difference, [0.05, 0.95])]
 
-
-def decide(rows: list[dict], current: int | None, samples: dict,
+def decide(rows: list[dict], current: int | None, per_prompt: dict[int, list],
            confidence: float = CONFIDENCE) -> dict:
     """The decision after one look: ``status`` (CHANGE, KEEP, UNDECIDED, or APPLY where the
-    plugin refuses the draft today), the row to use, the compared pair's share of
-    resampled prompt sets and the 5-95% interval of their difference, and why."""
+    plugin refuses the draft today), the row to use, the paired ``difference`` of the
+    compared readings (lead minus trail, at ``confidence``) and why, in words."""
     best = max(range(len(rows)), key=lambda i: (rows[i]["acceptance_length"], i == current))
     if current is None:
-        return {"status": APPLY, "row": best, "beats_current": True, "ahead": None,
-                "difference": None,
+        return {"status": APPLY, "row": best, "beats_current": True, "difference": None,
                 "why": "the plugin refuses this draft today; the best reading is the one to apply"}
     if len(rows) == 1:
-        return {"status": KEEP, "row": current, "beats_current": False, "ahead": 1.0,
-                "difference": None, "why": "today's reading is the only candidate"}
+        return {"status": KEEP, "row": current, "beats_current": False, "difference": None,
+                "why": "today's reading is the only candidate"}
     if best == current:
-        other = max((i for i in range(len(rows)) if i != current),
+        trail = max((i for i in range(len(rows)) if i != current),
                     key=lambda i: rows[i]["acceptance_length"])
-        lead, trail = current, other
+        lead = current
     else:
         lead, trail = best, current
-    ahead = float((samples[lead] > samples[trail]).mean())
-    difference = _interval(samples[lead] - samples[trail])
-    share = (f"ahead of {rows[trail]['reading']} in {ahead:.1%} of {len(samples[lead])} "
-             f"resampled prompt sets (difference {difference[0]:+.3f} to {difference[1]:+.3f})")
-    if ahead >= confidence:
+    difference = paired.paired_difference(*_pairs(per_prompt, lead, trail), level=confidence)
+    line = paired.verdict(rows[lead]["reading"], rows[trail]["reading"], difference,
+                          "offline acceptance length per prompt")
+    if difference["status"] == paired.HIGHER:
         status = KEEP if lead == current else CHANGE
-        why = ("today's reading is the best measured, " if status == KEEP else "") + share
+        why = ("today's reading is the best measured: " if status == KEEP else "") + line
         return {"status": status, "row": lead, "beats_current": status == CHANGE,
-                "ahead": ahead, "difference": difference, "why": why}
-    return {"status": UNDECIDED, "row": current, "beats_current": False, "ahead": ahead,
+                "difference": difference, "why": why}
+    return {"status": UNDECIDED, "row": current, "beats_current": False,
             "difference": difference,
-            "why": f"{rows[lead]['reading']} measures best but is {share}, short "
-                   f"of {confidence:.2%}; today's reading stays. More prompts "
-                   "(--max-prompts, --time-budget) would decide it"}
+            "why": f"{line}; today's reading stays. More prompts (--max-prompts, "
+                   "--time-budget) would decide it"}
 
 
 def online_difference(ours: dict, theirs: dict) -> dict | None:
     """The served readings' per-prompt acceptance lengths compared pair by pair (vLLM's
-    per-request figures), or None where the release gives none."""
-    from vllm_kimi_eagle.tools import paired
-
+    per-request figures, 0.29 on), for the report; None where the release gives none."""
     a, b = ours.get("per_prompt"), theirs.get("per_prompt")
     if not a or not b or len(a) != len(b):
         return None
@@ -82,30 +82,18 @@ def online_difference(ours: dict, theirs: dict) -> dict | None:
 
 
 def recheck_online(decision: dict, rows: list[dict], current: int | None) -> dict:
-    """A recommendation to change stands unless vLLM's own figures contradict it: served,
-    the two readings are compared prompt by prompt (a paired interval), and the change
-    is withdrawn only when that interval puts today's reading ahead. Without per-request
-    figures (vLLM before 0.29), the served means must agree."""
+    """A recommendation to change stands unless, served by vLLM on the same prompts, today's
+    reading reaches the higher acceptance length (the counters, pooled): the same rule on
+    every release. vLLM's per-request paired difference, where it gives one, is kept in
+    the decision for the report and decides nothing."""
     chosen = decision["row"]
     if decision["status"] != CHANGE or current is None:
         return decision
     ours, theirs = rows[chosen]["online"], rows[current]["online"]
-    served = (f"online {ours['acceptance_length']} vs {theirs['acceptance_length']}")
-    difference = online_difference(ours, theirs)
-    if difference is not None:
-        interval = (f"served, prompt by prompt, {rows[chosen]['reading']} minus today's "
-                    f"{difference['mean']:+.3f} (95% {difference['low']:+.3f} to "
-                    f"{difference['high']:+.3f}, {difference['pairs']} prompts)")
-        if difference["high"] >= 0:
-            return dict(decision, online_difference=difference,
-                        why=f"{decision['why']}; {served}; {interval}")
-        return dict(decision, status=UNDECIDED, row=current, beats_current=False,
-                    online_difference=difference,
-                    why=f"offline {rows[chosen]['reading']} led, but {interval}: today's "
-                        "reading stays")
-    if ours["acceptance_length"] > theirs["acceptance_length"]:
-        return dict(decision, why=f"{decision['why']}; {served}")
+    decision = dict(decision, online_difference=online_difference(ours, theirs))
+    served = (f"served by vLLM on the same prompts, {rows[chosen]['reading']} "
+              f"{ours['acceptance_length']} against today's {theirs['acceptance_length']}")
+    if ours["acceptance_length"] >= theirs["acceptance_length"]:
+        return dict(decision, why=f"offline: {decision['why']}; {served}")
     return dict(decision, status=UNDECIDED, row=current, beats_current=False,
-                why=f"offline {rows[chosen]['reading']} led, but served by vLLM it "
-                    f"reached {ours['acceptance_length']} against today's "
-                    f"{theirs['acceptance_length']}: today's reading stays")
+                why=f"offline: {decision['why']}; but {served}: today's reading stays")

@@ -11,14 +11,14 @@ from vllm_kimi_eagle.draft_config import ROPE_BLOCKS
 
 
 def format_table(rows: list[dict], current: int | None, recommended: int) -> str:
-    header = ["", "capture (input of)", "rope", "reading", "offline accept [5-95%]",
+    header = ["", "capture (input of)", "rope", "reading", "offline accept",
               "per position", "positions", "online accept"]
     table = [header]
     for i, r in enumerate(rows):
         mark = ("*" if i == recommended else " ") + ("=" if i == current else " ")
         table.append([mark, str(r["capture_ids"]), "config" if r["rope_theta"] is None
                       else f"{r['rope_theta']:g}", "; ".join(r["labels"]),
-                      f"{r['acceptance_length']:.3f} [{r['interval'][0]:.3f}-{r['interval'][1]:.3f}]",
+                      f"{r['acceptance_length']:.3f}",
                       " ".join(f"{p:.2f}" for p in r["per_position"]), str(r["drafts"]),
                       "-" if r.get("online") is None else f"{r['online']['acceptance_length']:.3f}"])
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]

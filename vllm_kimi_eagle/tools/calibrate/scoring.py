@@ -24,8 +24,6 @@ from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError
 # then Kimi-K2.5's multimodal one.
 SHARED_PREFIXES = ("", "model.", "language_model.", "language_model.model.")
 
-BOOTSTRAP_SAMPLES = 2000
-BOOTSTRAP_SEED = 0
 
 
 @dataclass
@@ -141,14 +139,8 @@ def acceptance(matched, positions) -> tuple[float, list[float]]:
     return 1 + sum(by_position), by_position
 
 
-def bootstrap(matched_by_reading: dict, positions) -> dict:
-    """Acceptance per reading over prompts resampled with replacement (the same samples
-    for every reading, so differences are paired): {reading: array of lengths}."""
-    import numpy as np
-
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    prompts = len(positions)
-    picks = rng.integers(0, prompts, size=(BOOTSTRAP_SAMPLES, prompts))
-    pos = positions.numpy()[picks].sum(1)
-    return {name: 1 + matched.numpy().sum(1)[picks].sum(1) / np.maximum(pos, 1)
-            for name, matched in matched_by_reading.items()}
+def per_prompt(matched, positions) -> list[float | None]:
+    """Each prompt's offline acceptance length (its own positions pooled); None where it
+    had no position to score."""
+    return [1 + float(matched[p].sum()) / float(positions[p]) if positions[p] > 0 else None
+            for p in range(len(positions))]

@@ -47,7 +47,8 @@ def compare_pair(first: dict, second: dict, names: tuple[str, str]) -> dict:
         return {"settings": list(names), "difference": None,
                 "verdict": f"{names[0]} and {names[1]}: no request with per-request figures "
                            "on both"}
-    difference = paired.paired_difference([a[i] for i in common], [b[i] for i in common])
+    difference = paired.paired_difference([a[i] for i in common], [b[i] for i in common],
+                                          ids=common)
     return {"settings": list(names), "difference": difference,
             "verdict": paired.verdict(*names, difference, LENGTH)}
 
