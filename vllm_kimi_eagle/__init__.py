@@ -107,7 +107,7 @@ def _install() -> list[str]:
     if install_cpu_mla_backend_choice() == "installed":
         changes.append("CPU MLA backend choice mended for models AMX_MLA cannot serve")
     if install_cpu_memory() in ("installed", "deferred"):
-        changes.append("CPU runner collects the draft tensors vLLM shares with the target")
+        changes.append("CPU engines with a draft hold no unused vocabulary table")
     register_config_alias()
     install_mla_detection()
     install_speculative_hook(ours=ours)

@@ -1,31 +1,40 @@
-"""On the CPU build: the draft tensors vLLM's proposer replaces with the target's are
-returned to the system as soon as it replaces them.
+"""On the CPU build, in an engine with a draft: no vocabulary table held twice for nothing.
 
-A draft whose embedding or LM head is missing or equal to the target's gets the target's:
-vLLM's proposer deletes the draft's own modules after loading them (``vllm_compat``,
-CPU_RUNNER_LOAD). Each of their parameters holds its module (its weight loader), so the
-deleted modules sit in reference cycles until Python's cyclic collector next runs, which
-the CPU runner never asks for (the GPU runner does). On the CPU build each vocabulary
-table is also kept beside its oneDNN packing, so a Kimi-width draft that shares both holds
-four 2.2 GiB copies nobody uses: at tensor parallel 1 the worker cannot allocate its KV
-cache on a 24 GiB machine (docs/measurements.md, "Kimi width").
+vLLM's CPU build keeps every vocabulary table (``VocabParallelEmbedding``) beside a oneDNN
+packing of it, made after loading for its use as a linear layer (``vllm_compat``,
+CPU_EMBEDDING_METHOD): an input embedding, which is only ever looked up, carries a
+packing nobody uses. And a draft whose embedding or LM head is missing or equal to the
+target's gets the target's: vLLM's proposer deletes the draft's own after loading them,
+but each of their parameters holds its module (its weight loader), so the deleted
+modules sit in reference cycles until Python's cyclic collector next runs, which the CPU
+runner never asks for (the GPU runner does). At Kimi's width each table is 2.2 GiB; a
+worker with a 6 GB draft peaked at 22.8 GiB and was killed on a 24 GiB machine, with
+either draft class (docs/measurements.md, "Kimi width").
 
-The mend: after the CPU model runner has loaded a model with a drafter, one
-``gc.collect()``, and one INFO line with what it returned. A runner without a drafter
-does nothing more; a process that never imports the CPU runner (an API server, a GPU
-worker) does not install it (``patching.when_imported``).
+The mend, while the CPU model runner loads a model with a drafter: input embeddings are
+packed only when first used as a linear layer (a tied LM head; never, for a plain input
+embedding), and one ``gc.collect()`` after the drafter has loaded, with one INFO line
+saying what both returned. A runner without a drafter loads as vLLM does; a process that
+never imports the CPU runner (an API server, a GPU worker) installs nothing
+(``patching.when_imported``).
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import gc
+import importlib
 import logging
 import sys
 
 from vllm_kimi_eagle import patching, vllm_compat
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
+# Set while a CPU runner with a drafter loads its models.
+_DRAFTING_LOAD: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "vllm_kimi_eagle_drafting_load", default=None)
+_LATER = "_vllm_kimi_eagle_pack_when_used"
 
 
 def anonymous_mib() -> float | None:
@@ -40,22 +49,59 @@ def anonymous_mib() -> float | None:
     return None
 
 
-def log_line(before: float | None, after: float | None, found: int) -> str:
+def log_line(unpacked_mib: float, before: float | None, after: float | None, found: int) -> str:
     returned = f"{before - after:.1f} MiB returned" if before is not None and after is not None \
         else "memory not read (no /proc)"
-    return (f"collected after the drafter loaded ({found} objects in cycles; {returned}): "
-            "the draft tensors vLLM's proposer replaced with the target's")
+    return (f"input embeddings left unpacked until used as a linear layer ({unpacked_mib:.1f} "
+            f"MiB of packing not made); collected after the drafter loaded ({found} objects "
+            f"in cycles; {returned}): the draft tensors vLLM's proposer replaced with the "
+            "target's")
 
 
 def _collect_after(load_model):
     @functools.wraps(load_model)
     def wrapper(self, *args, **kwargs):
-        result = load_model(self, *args, **kwargs)
-        if hasattr(self, "drafter"):
-            before = anonymous_mib()
-            found = gc.collect()
-            logger.info("vllm-kimi-eagle: %s", log_line(before, anonymous_mib(), found))
+        if not hasattr(self, "drafter"):
+            return load_model(self, *args, **kwargs)
+        unpacked: list[int] = []
+        token = _DRAFTING_LOAD.set(unpacked)
+        try:
+            result = load_model(self, *args, **kwargs)
+        finally:
+            _DRAFTING_LOAD.reset(token)
+        before = anonymous_mib()
+        found = gc.collect()
+        logger.info("vllm-kimi-eagle: %s", log_line(sum(unpacked) / 2**20, before,
+                                                     anonymous_mib(), found))
         return result
+    return wrapper
+
+
+def _is_lm_head(layer) -> bool:
+    module = sys.modules.get(vllm_compat.CPU_EMBEDDING_METHOD[0])
+    head = getattr(module, vllm_compat.LM_HEAD_CLASS, None)
+    return head is not None and isinstance(layer, head)
+
+
+def _pack_when_used(process):
+    @functools.wraps(process)
+    def wrapper(self, layer, *args, **kwargs):
+        unpacked = _DRAFTING_LOAD.get()
+        if unpacked is None or _is_lm_head(layer) or getattr(layer.weight, "is_meta", False):
+            return process(self, layer, *args, **kwargs)
+        setattr(layer, _LATER, True)  # apply() packs it, should it ever be a linear layer
+        unpacked.append(layer.weight.numel() * layer.weight.element_size())
+        return None
+    return wrapper
+
+
+def _apply_packs_first(apply):
+    @functools.wraps(apply)
+    def wrapper(self, layer, *args, **kwargs):
+        if getattr(layer, _LATER, False) and not hasattr(layer, "cpu_linear"):
+            utils = importlib.import_module(vllm_compat.CPU_GEMM_DISPATCH[0])
+            getattr(utils, vllm_compat.CPU_GEMM_DISPATCH[1])(layer, remove_weight=False)
+        return apply(self, layer, *args, **kwargs)
     return wrapper
 
 
@@ -66,11 +112,16 @@ def install_cpu_memory() -> str:
     if skipped:
         return skipped
     imported = vllm_compat.CPU_MODEL_RUNNER in sys.modules
+    consequence = ("on the CPU build, an engine with a draft keeps the vocabulary tables it "
+                   "does not use in memory.")
 
     def install():
         patching.wrap_method(vllm_compat.CPU_RUNNER_LOAD, vllm_compat.CPU_RUNNER_LOAD_METHOD,
-                             _collect_after, "the draft tensors vLLM's proposer replaces "
-                             "with the target's stay in memory until Python collects them.")
+                             _collect_after, consequence)
+        patching.wrap_method(vllm_compat.CPU_EMBEDDING_METHOD, "process_weights_after_loading",
+                             _pack_when_used, consequence)
+        patching.wrap_method(vllm_compat.CPU_EMBEDDING_METHOD, "apply", _apply_packs_first,
+                             consequence)
 
     patching.when_imported(vllm_compat.CPU_MODEL_RUNNER, install)
     return "installed" if imported else "deferred"

