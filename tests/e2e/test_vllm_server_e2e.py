@@ -86,3 +86,34 @@ def test_a_tool_whose_server_cannot_start_prints_the_engines_error(tiny, tmp_pat
     assert "Traceback" not in done.stderr
     assert len(said) == 1 and "the vLLM server exited with code" in said[0]
     assert "KimiNoSuchForCausalLM" in said[0]  # vLLM's own error line, in the first line
+
+
+def test_compare_records_a_bad_request_and_goes_on(shared_servers):
+    """compare's sending on a live server with the draft: a request vLLM refuses (HTTP 400)
+    and one longer than the server's context are recorded with their ids and why, the
+    others answered with their own figures; the analysis leaves the failed ones out and
+    names them."""
+    from vllm_kimi_eagle.tools.compare import analysis, run, traffic
+
+    server = shared_servers["draft"]
+    good = [traffic.Request(f"t.jsonl:{i + 1}", messages=({"role": "user", "content": p},))
+            for i, p in enumerate(corpus.demo_prompts(4, seed=5))]
+    refused = traffic.Request("t.jsonl:5", prompt="the capital of", sampling={"max_tokens": -5})
+    too_long = traffic.Request("t.jsonl:6", prompt=" ".join(["the"] * 600))
+    sent = run.send_all(server, server.model_name(), [*good[:2], refused, too_long, *good[2:]],
+                        raw=False, max_tokens=16, concurrency=2, label="bad requests")
+    by_id = {r["id"]: r for r in sent["requests"]}
+    assert [r["id"] for r in sent["requests"]] == [r.id for r in (*good[:2], refused, too_long,
+                                                                   *good[2:])]
+    assert "HTTP 400" in by_id["t.jsonl:5"]["error"], by_id["t.jsonl:5"]
+    assert "not sent: its prompt is" in by_id["t.jsonl:6"]["error"]
+    assert "max_model_len 512" in by_id["t.jsonl:6"]["error"]
+    answered = analysis.answered(sent)
+    assert [r["id"] for r in answered] == [r.id for r in good]
+    assert all(r["acceptance"] and r["output_tokens"] == 16 for r in answered)
+    assert sent["window"]["drafts"] > 0
+    runs = {"draft": {"speculative_config": {"model": "d"}, "variants": {"sent": sent}}}
+    (line,) = analysis.failures(runs)
+    assert line.startswith("draft/sent: 2 of 6 requests failed and are left out "
+                           "(t.jsonl:5, t.jsonl:6); first: t.jsonl:5: ")
+    assert analysis.summary(sent, 3)["distribution"]["requests"] == 4

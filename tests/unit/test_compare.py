@@ -99,6 +99,9 @@ def test_the_command_line_needs_traffic_and_refuses_bad_settings(capsys):
     assert "nothing to compare" in capsys.readouterr().err
 
 
+SPEC = {"method": "eagle3", "model": "d", "num_speculative_tokens": 3}
+
+
 def _answers(texts, histograms, greedy=True):
     return {"requests": [
         {"id": str(i), "greedy": greedy, "text": t, "output_tokens": 4,
@@ -112,9 +115,11 @@ def _answers(texts, histograms, greedy=True):
 def test_the_analysis_pairs_requests_and_checks_greedy_answers():
     texts = list("abcdefghijkl")
     none = {"variants": {"sent": _answers(texts, [None] * 12)}}
-    good = {"variants": {"sent": _answers(texts, [[0, 0, 1, 3], [0, 1, 0, 3],
+    good = {"speculative_config": SPEC,
+            "variants": {"sent": _answers(texts, [[0, 0, 1, 3], [0, 1, 0, 3],
                                                   [0, 0, 0, 4]] * 4)}}
-    weak = {"variants": {"sent": _answers(["a", "x"] + texts[2:], [[2, 2, 0, 0], [3, 1, 0, 0],
+    weak = {"speculative_config": SPEC,
+            "variants": {"sent": _answers(["a", "x"] + texts[2:], [[2, 2, 0, 0], [3, 1, 0, 0],
                                                                    [1, 3, 0, 0]] * 4)}}
     runs = {run.NO_DRAFT: none, "good": good, "weak": weak}
     (pair,) = analysis.comparisons(runs)
@@ -124,27 +129,74 @@ def test_the_analysis_pairs_requests_and_checks_greedy_answers():
     greedy = analysis.greedy_agreement(runs)
     assert greedy == {"good/sent": {"compared": 12, "differ": []},
                       "weak/sent": {"compared": 12, "differ": ["1"]}}
-    assert analysis.speedups(runs) == {"good/sent": 1.0, "weak/sent": 1.0}
+    assert analysis.speedups(runs) == {
+        "good/sent": {"median": 1.0, "low": 1.0, "high": 1.0, "rounds": 1},
+        "weak/sent": {"median": 1.0, "low": 1.0, "high": 1.0, "rounds": 1}}
+    # One window each, at different times: never a speed ranking.
+    (line,) = analysis.speed_verdicts(runs)
+    assert "one window each, at different times: not ranked" in line
+
+
+def _speed_runs(none, good, weak):
+    def variant(speeds):
+        return {"requests": [], "window": {}, "tokens_per_s": speeds[0],
+                "round_tokens_per_s": speeds}
+    return {run.NO_DRAFT: {"speculative_config": None, "variants": {"sent": variant(none)}},
+            "good": {"speculative_config": SPEC, "variants": {"sent": variant(good)}},
+            "weak": {"speculative_config": SPEC, "variants": {"sent": variant(weak)}}}
+
+
+def test_speed_is_ranked_only_where_every_round_tells_the_settings_apart():
+    """Per-round speedups over the no-draft server of the same round: a ranking only where
+    their spreads do not overlap (a busy machine moves every server's round alike)."""
+    apart = _speed_runs([100, 50, 100], [150, 76, 152], [120, 59, 118])
+    (line,) = analysis.speed_verdicts(apart)
+    assert line.startswith("good is faster than weak: speedup 1.52 against 1.18")
+    assert analysis.speedups(apart)["good/sent"] == {"median": 1.52, "low": 1.5, "high": 1.52,
+                                                      "rounds": 3}
+    overlapping = _speed_runs([100, 100, 100], [150, 120, 130], [125, 140, 118])
+    (line,) = analysis.speed_verdicts(overlapping)
+    assert "overlap: the spread leaves the ranking open" in line
 
 
 def test_three_requests_give_no_verdict():
     """A "95%" win from three requests is no verdict: the minimum is said instead."""
     texts = ["a", "b", "c"]
     runs = {run.NO_DRAFT: {"variants": {"sent": _answers(texts, [None] * 3)}},
-            "good": {"variants": {"sent": _answers(texts, [[0, 0, 1, 3]] * 3)}},
-            "weak": {"variants": {"sent": _answers(texts, [[2, 2, 0, 0]] * 3)}}}
+            "good": {"speculative_config": SPEC,
+                     "variants": {"sent": _answers(texts, [[0, 0, 1, 3], [0, 1, 1, 2],
+                                                           [0, 0, 2, 2]])}},
+            "weak": {"speculative_config": SPEC,
+                     "variants": {"sent": _answers(texts, [[2, 2, 0, 0]] * 3)}}}
     (pair,) = analysis.comparisons(runs)
     assert pair["difference"]["status"] == "too-few"
     assert "no verdict from 3 requests" in pair["verdict"]
 
 
 def test_per_request_sums_are_checked_against_the_window():
+    """Against the server's counters as /metrics writes them (parsed as compare parses a
+    scrape), not against the sums' own summary: an error in the summing fails here."""
+    from vllm_kimi_eagle.tools import spec_metrics
+
     answers = _answers(["a", "b"], [[0, 1, 1, 1], [1, 0, 0, 1]])
-    summed = analysis.summary({**answers, "window": {}}, k=3)["summed"]
-    assert analysis.summary({**answers, "window": summed}, k=3)["consistent"]
-    off = {**summed, "drafts": summed["drafts"] + 1}
+    # 5 steps, 15 draft tokens; accepted 1+2+3 and 0+3: 9; positions 3+1, 2+1, 1+1.
+    text = "\n".join([
+        'vllm:spec_decode_num_drafts_total{engine="0"} 5.0',
+        'vllm:spec_decode_num_draft_tokens_total{engine="0"} 15.0',
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 9.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 4.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 3.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="2"} 2.0', ""])
+    window = spec_metrics.spec_counters(spec_metrics.Scrape.parse(text)).summary()
+    assert analysis.summary({**answers, "window": window}, k=3)["consistent"]
+    off = dict(window, accepted_tokens=window["accepted_tokens"] + 1)
     assert not analysis.summary({**answers, "window": off}, k=3)["consistent"]
     assert analysis.summary(_answers(["a"], [None]), k=3)["per_request"] is False
+    # Some requests without figures: the others still count, and no check is claimed.
+    partial = _answers(["a", "b", "c"], [[0, 1, 1, 1], None, [1, 0, 0, 1]])
+    found = analysis.summary({**partial, "window": window}, k=3)
+    assert found["distribution"]["requests"] == 2 and found["missing"] == 1
+    assert found["consistent"] is None and "1 of 3 requests carried no" in found["missing_note"]
 
 
 def test_an_lm_eval_tasks_prompts_are_chat_requests():

@@ -142,3 +142,24 @@ def test_each_document_gets_its_own_responses_acceptance_and_its_category():
         is False
     missing = [dict(r, acceptance=None) for r in responses]  # a server without the flag
     assert per_request(missing, samples, window, k=3) is None
+
+
+def test_documents_with_the_same_prompt_each_get_their_own_response():
+    """Two documents whose prompts are the same text: each response counts once, for one
+    document (matched by text, a response could be counted twice and another never). A
+    response without figures is left out and counted, and the rest still count."""
+    from vllm_kimi_eagle.tools import spec_metrics
+    from vllm_kimi_eagle.tools.evaluation.measure import per_request
+    from vllm_kimi_eagle.tools.request_metrics import RequestAcceptance
+
+    same = '[{"role": "user", "content": "same"}]'
+    other = '[{"role": "user", "content": "other"}]'
+    responses = [{"context": same, "acceptance": RequestAcceptance((1, 1, 1, 1), 12)},
+                 {"context": same, "acceptance": RequestAcceptance((0, 0, 0, 4), 12)},
+                 {"context": other, "acceptance": None}]
+    samples = [{"doc_id": i, "doc": {}, "arguments": [((c,), {})]}
+               for i, c in enumerate((same, same, other))]
+    found = per_request(responses, samples, spec_metrics.Scrape(), k=3)
+    assert [(d["doc"], d["acceptance_length"]) for d in found["per_document"]] == [
+        (0, 2.5), (1, 4.0)]
+    assert found["missing"] == 1 and found["adds_up_to_counters"] is None

@@ -77,3 +77,25 @@ def test_the_counters_line_says_what_was_counted_or_why_nothing():
     line = lm_eval_cli.counters_line(counters)
     assert '"acceptance_length": 2.5' in line and '"drafts": 10' in line
     assert '"disable_log_stats": false' in lm_eval_cli.counters_line(spec_metrics.SpecCounters())
+
+
+def test_an_lm_eval_older_than_the_floor_is_one_line_not_a_traceback(tmp_path, monkeypatch,
+                                                                    capsys):
+    """lm-eval 0.4.9 found first on the path (its own metadata, as pip writes it): the
+    commands refuse in one line naming the floor, before importing what it lacks."""
+    import importlib
+
+    from vllm_kimi_eagle.tools.evaluation import lm_eval_cli, tasks
+
+    info = tmp_path / "lm_eval-0.4.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: lm_eval\nVersion: 0.4.9\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    assert tasks.lm_eval_problem() == (
+        "lm-eval 0.4.9 is installed; the evaluation tools need 0.4.12 or later (its task "
+        "index and command line): pip install -U 'lm-eval[api]>=0.4.12'")
+    with pytest.raises(tasks.EvalError, match="lm-eval 0.4.9 is installed"):
+        tasks.task_manager()
+    assert lm_eval_cli.main(["--tasks", "x"]) == 2
+    assert capsys.readouterr().err.strip().startswith("vllm-kimi-eagle lm-eval: lm-eval 0.4.9")

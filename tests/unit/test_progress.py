@@ -29,9 +29,12 @@ def test_an_unfinished_run_still_ends_with_a_line_and_a_disabled_bar_says_nothin
     bar.update(3)
     bar.write("a message")
     bar.close()
-    assert out.getvalue().splitlines() == [
-        out.getvalue().splitlines()[0], "a message", out.getvalue().splitlines()[2]]
-    assert out.getvalue().splitlines()[2].startswith("windows: 30% (3/10 windows")
+    lines = out.getvalue().splitlines()
+    # The update's line (one step of three windows), the message, and at the close the
+    # line where the run stopped, not at 100%.
+    assert len(lines) == 3 and lines[1] == "a message"
+    assert lines[0].startswith("windows: 30% (3/10 windows, ") and "left)" in lines[0]
+    assert lines[2].startswith("windows: 30% (3/10 windows, ")
     quiet = io.StringIO()
     silent = progress.bar(10, "x", "step", enabled=False, stream=quiet)
     silent.update(10)

@@ -9,7 +9,7 @@ import random
 import pytest
 from packaging.version import Version
 
-from vllm_kimi_eagle.tools import paired, request_metrics
+from vllm_kimi_eagle.tools import paired, request_metrics, spec_metrics
 from vllm_kimi_eagle.tools.request_metrics import RequestAcceptance
 
 RESPONSE = {"choices": [{"text": "x"}], "metrics": {"speculative_decoding": {
@@ -42,8 +42,17 @@ def test_requests_add_up_as_the_servers_counters_count():
     assert (total.drafts, total.draft_tokens, total.accepted) == (9, 27, 6 + 11)
     assert total.accepted_per_pos == {0: 3 + 5, 1: 2 + 3, 2: 1 + 3}
     assert total.summary()["acceptance_length"] == round(1 + 17 / 9, 4)
-    assert request_metrics.adds_up(requests, total.summary())
-    assert not request_metrics.adds_up(requests[1:], total.summary())
+    # The server's counters over the same requests, as /metrics writes them:
+    text = "\n".join([
+        'vllm:spec_decode_num_drafts_total{engine="0"} 9.0',
+        'vllm:spec_decode_num_draft_tokens_total{engine="0"} 27.0',
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 17.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 8.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 5.0',
+        'vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="2"} 4.0', ""])
+    served = spec_metrics.spec_counters(spec_metrics.Scrape.parse(text)).summary()
+    assert request_metrics.adds_up(requests, served)
+    assert not request_metrics.adds_up(requests[1:], served)
     kept = [RequestAcceptance.from_dict(r.as_dict()) for r in requests]  # as reports keep them
     assert kept == requests and requests[1].as_dict()["acceptance_length"] == 1 + 11 / 5
 

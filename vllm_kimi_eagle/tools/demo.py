@@ -126,14 +126,16 @@ def report(runs: dict, prompts: list[str], args, draft: str, target: str) -> int
 def per_request_figures(runs: list[dict], counters: spec_metrics.SpecCounters) -> dict:
     """The distribution of per-request acceptance over every round, and whether the
     requests' figures add up to the counters; or the one line saying there are none."""
-    found = [a for run in runs for a in run["acceptances"]]
-    if not found or any(a is None for a in found):
+    found = request_metrics.reported(a for run in runs for a in run["acceptances"])
+    if not found.figures:
         return {"distribution": None,
                 "line": f"not reported by this vLLM ({installed_vllm_version()}; "
                         f"{request_metrics.FLAG} from {request_metrics.FROM}): aggregate only"}
-    d = request_metrics.distribution(found, k=3)
-    adds_up = request_metrics.adds_up(found, counters.summary())
-    return {"distribution": {**d, "adds_up_to_counters": adds_up},
+    figures = list(found.figures)
+    d = request_metrics.distribution(figures, k=3)
+    adds_up = request_metrics.adds_up(figures, counters.summary()) if found.complete else None
+    check = ({True: "adds up to the counters", False: "DOES NOT add up to the counters"}
+             .get(adds_up) or found.note())
+    return {"distribution": {**d, "adds_up_to_counters": adds_up, "missing": found.missing},
             "line": f"acceptance length p10 {d['p10']} / p50 {d['p50']} / p90 {d['p90']} "
-                    f"over {d['requests']} requests (min {d['min']}, max {d['max']}); "
-                    f"{'adds up to' if adds_up else 'DOES NOT add up to'} the counters"}
+                    f"over {d['requests']} requests (min {d['min']}, max {d['max']}); {check}"}

@@ -77,6 +77,41 @@ def from_response(body: dict) -> RequestAcceptance | None:
                              int(figures["num_draft_tokens"]))
 
 
+@dataclass(frozen=True)
+class Reported:
+    """Which of a run's requests carried their own figures: those that did (in order) and
+    how many did not. The one rule every tool follows: a request without figures is left
+    out of the distribution and the pairs, and counted; the figures are checked against
+    the server's counters only where every request carried them."""
+    figures: tuple[RequestAcceptance, ...]
+    missing: int
+
+    @property
+    def requests(self) -> int:
+        return len(self.figures) + self.missing
+
+    @property
+    def complete(self) -> bool:
+        return self.missing == 0 and bool(self.figures)
+
+    def note(self) -> str | None:
+        """One line where some requests carried no figures (None where all or none did:
+        the caller says which of those it is)."""
+        if not self.missing or not self.figures:
+            return None
+        return (f"{self.missing} of {self.requests} requests carried no per-request figures: "
+                "left out of the distribution and the pairs, and the figures are not "
+                "checked against the server's counters")
+
+
+def reported(found) -> Reported:
+    """The figures of a run's requests (each a RequestAcceptance, its as_dict() form, or
+    None where the response carried none)."""
+    figures = [RequestAcceptance.from_dict(f) if isinstance(f, dict) else f for f in found]
+    present = tuple(f for f in figures if f is not None)
+    return Reported(present, len(figures) - len(present))
+
+
 def counters(requests: list[RequestAcceptance]) -> spec_metrics.SpecCounters:
     """The requests' figures summed as the server's counters count them."""
     total = spec_metrics.SpecCounters()

@@ -92,12 +92,14 @@ def cell(config: str, k: int, concurrency: int, windows: list[dict]) -> dict:
 
 def per_request(windows: list[dict], k: int) -> dict | None:
     """The cell's requests, each with its own acceptance length (vLLM's per-request
-    figures), and their distribution; None where the server reported none."""
-    found = [a for w in windows for a in w.get("acceptances", [])]
-    if not found or any(a is None for a in found):
+    figures), and their distribution; requests without figures are counted in
+    ``missing`` (request_metrics.reported); None where the server reported none."""
+    found = request_metrics.reported(a for w in windows for a in w.get("acceptances", []))
+    if not found.figures:
         return None
-    return {**request_metrics.distribution(found, k),
-            "acceptance_lengths": [a.acceptance_length for a in found]}
+    figures = list(found.figures)
+    return {**request_metrics.distribution(figures, k), "missing": found.missing,
+            "acceptance_lengths": [a.acceptance_length for a in figures]}
 
 
 def lead_config(configs: list[str]) -> str | None:

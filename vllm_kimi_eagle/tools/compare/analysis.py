@@ -5,6 +5,7 @@ server without a draft. Pure functions over run.py's records."""
 
 from __future__ import annotations
 
+import statistics
 from itertools import combinations
 
 from vllm_kimi_eagle.tools import paired, request_metrics
@@ -13,29 +14,30 @@ from vllm_kimi_eagle.tools.compare.run import NO_DRAFT
 LENGTH = "acceptance length per request"
 
 
-def acceptances(variant: dict) -> list[request_metrics.RequestAcceptance] | None:
-    """The per-request figures of a variant, or None where the responses had none."""
-    figures = [r["acceptance"] for r in variant["requests"]]
-    if not figures or any(f is None for f in figures):
-        return None
-    return [request_metrics.RequestAcceptance.from_dict(f) for f in figures]
+def answered(variant: dict) -> list[dict]:
+    """The requests the server answered (a failed request has an ``error``)."""
+    return [r for r in variant["requests"] if "error" not in r]
 
 
 def summary(variant: dict, k: int) -> dict:
-    """Distribution, per-position acceptance and the agreement of the per-request sums
-    with the /metrics window over the same requests."""
-    found = acceptances(variant)
+    """Distribution of the requests that carried their figures (request_metrics.reported
+    says how many did not), and, where all did, the agreement of their sums with the
+    /metrics window over the same requests."""
+    found = request_metrics.reported(r["acceptance"] for r in answered(variant))
     window = variant["window"]
-    if found is None:
+    if not found.figures:
         return {"per_request": False, "window": window}
-    return {"per_request": True, "distribution": request_metrics.distribution(found, k),
-            "summed": request_metrics.counters(found).summary(), "window": window,
-            "consistent": request_metrics.adds_up(found, window)}
+    figures = list(found.figures)
+    return {"per_request": True, "distribution": request_metrics.distribution(figures, k),
+            "missing": found.missing, "missing_note": found.note(),
+            "summed": request_metrics.counters(figures).summary(), "window": window,
+            "consistent": request_metrics.adds_up(figures, window) if found.complete
+            else None}
 
 
 def lengths(variant: dict) -> dict[str, float]:
-    """Acceptance length by request id (requests that drafted)."""
-    return {r["id"]: r["acceptance"]["acceptance_length"] for r in variant["requests"]
+    """Acceptance length by request id (answered requests that drafted)."""
+    return {r["id"]: r["acceptance"]["acceptance_length"] for r in answered(variant)
             if r["acceptance"] and r["acceptance"]["acceptance_length"] is not None}
 
 
@@ -53,8 +55,15 @@ def compare_pair(first: dict, second: dict, names: tuple[str, str]) -> dict:
             "verdict": paired.verdict(*names, difference, LENGTH)}
 
 
+def speculates(run: dict) -> bool:
+    return run.get("speculative_config") is not None
+
+
 def comparisons(runs: dict, variant: str = "sent") -> list[dict]:
-    speculative = [n for n in runs if n != NO_DRAFT and variant in runs[n]["variants"]]
+    """Every pair of settings that speculate (a setting without a draft has no acceptance
+    to pair), on the requests both answered with figures."""
+    speculative = [n for n, r in runs.items()
+                   if n != NO_DRAFT and speculates(r) and variant in r["variants"]]
     return [compare_pair(runs[a]["variants"][variant], runs[b]["variants"][variant], (a, b))
             for a, b in combinations(speculative, 2)]
 
@@ -64,7 +73,7 @@ def template_cost(runs: dict) -> dict:
     return {name: compare_pair(run["variants"]["sent"], run["variants"]["raw"],
                                (f"{name} with the template", f"{name} raw"))
             for name, run in runs.items()
-            if name != NO_DRAFT and "raw" in run["variants"]}
+            if name != NO_DRAFT and speculates(run) and "raw" in run["variants"]}
 
 
 def greedy_agreement(runs: dict) -> dict:
@@ -76,17 +85,74 @@ def greedy_agreement(runs: dict) -> dict:
         if name == NO_DRAFT:
             continue
         for variant, answers in run["variants"].items():
-            expected = {r["id"]: r["text"] for r in reference[variant]["requests"]}
-            greedy = [r for r in answers["requests"] if r["greedy"]]
+            expected = {r["id"]: r["text"] for r in answered(reference[variant])}
+            greedy = [r for r in answered(answers) if r["greedy"] and r["id"] in expected]
             result[f"{name}/{variant}"] = {
                 "compared": len(greedy),
                 "differ": [r["id"] for r in greedy if r["text"] != expected.get(r["id"])]}
     return result
 
 
-def speedups(runs: dict) -> dict:
-    """Output tokens/s of each setting over the no-draft server's, per variant."""
+def failures(runs: dict) -> list[str]:
+    """One line per setting and traffic where requests failed: how many, which, and the
+    first server message."""
+    lines = []
+    for name, run in runs.items():
+        for variant, answers in run["variants"].items():
+            failed = [r for r in answers["requests"] if "error" in r]
+            if failed:
+                ids = ", ".join(r["id"] for r in failed[:8]) + (" ..." if len(failed) > 8 else "")
+                lines.append(f"{name}/{variant}: {len(failed)} of {len(answers['requests'])} "
+                             f"requests failed and are left out ({ids}); first: "
+                             f"{failed[0]['id']}: {failed[0]['error']}")
+    return lines
+
+
+def round_speedups(runs: dict) -> dict[str, list[float]]:
+    """Per setting and variant: output tokens/s over the no-draft server's in the same
+    round, one figure per round."""
     reference = runs[NO_DRAFT]["variants"]
-    return {f"{name}/{variant}": round(v["tokens_per_s"] / reference[variant]["tokens_per_s"], 3)
-            for name, run in runs.items() if name != NO_DRAFT
-            for variant, v in run["variants"].items() if reference[variant]["tokens_per_s"]}
+    found = {}
+    for name, run in runs.items():
+        if name == NO_DRAFT:
+            continue
+        for variant, v in run["variants"].items():
+            base = reference[variant].get("round_tokens_per_s", [reference[variant]["tokens_per_s"]])
+            mine = v.get("round_tokens_per_s", [v["tokens_per_s"]])
+            found[f"{name}/{variant}"] = [round(a / b, 3) for a, b in zip(mine, base) if b]
+    return found
+
+
+def speedups(runs: dict) -> dict:
+    """Per setting and variant: the median of its per-round speedups, their spread, and
+    how many rounds (one round: one window each, at different times)."""
+    out = {}
+    for key, values in round_speedups(runs).items():
+        if values:
+            out[key] = {"median": round(statistics.median(values), 3),
+                        "low": min(values), "high": max(values), "rounds": len(values)}
+    return out
+
+
+def speed_verdicts(runs: dict, variant: str = "sent") -> list[str]:
+    """Which setting is faster, pair by pair, only where the rounds' spreads do not
+    overlap; one window each is no ranking at all."""
+    found = speedups(runs)
+    names = [n for n in runs if n != NO_DRAFT and f"{n}/{variant}" in found]
+    lines = []
+    for a, b in combinations(names, 2):
+        x, y = found[f"{a}/{variant}"], found[f"{b}/{variant}"]
+        if min(x["rounds"], y["rounds"]) < 2:
+            lines.append(f"{a} and {b}: speed measured in one window each, at different "
+                         "times: not ranked (--side-by-side --rounds 3 measures it in "
+                         "alternating rounds)")
+        elif x["low"] > y["high"] or y["low"] > x["high"]:
+            fast, slow = (a, b) if x["low"] > y["high"] else (b, a)
+            lines.append(f"{fast} is faster than {slow}: speedup {found[f'{fast}/{variant}']['median']} "
+                         f"against {found[f'{slow}/{variant}']['median']}, every round apart "
+                         f"({x['rounds']} rounds)")
+        else:
+            lines.append(f"{a} and {b}: speedups {x['median']} ({x['low']}-{x['high']}) and "
+                         f"{y['median']} ({y['low']}-{y['high']}) over {x['rounds']} rounds "
+                         "overlap: the spread leaves the ranking open")
+    return lines

@@ -52,18 +52,31 @@ def parse_args(argv):
                    help="start every server at once (the hardware for all of them is "
                         "needed) and measure each while the others are frozen; default: "
                         "one server after another")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="with --side-by-side: the traffic sent this many times to every "
+                        "server in alternating order, for tokens/s that can be compared "
+                        "(median and spread per setting; default 3). Acceptance and the "
+                        "pairs come from the first round")
     p.add_argument("--server-arg", action="append", default=[],
                    help="extra argument for every server (repeatable), e.g. "
                         "--server-arg=--tensor-parallel-size=8")
     p.add_argument("--startup-timeout", type=float, default=vllm_server.DEFAULT_STARTUP_TIMEOUT)
     p.add_argument("--out", default="out/compare")
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error(f"--rounds {args.rounds}: at least 1")
     try:
         args.settings = run.settings(args.config, args.draft, args.num_speculative_tokens,
                                      args.env)
     except ValueError as err:
         p.error(str(err))
     return args
+
+
+# Greedy answers can differ between batch compositions without any draft on a GPU.
+BATCH_NOTE = ("; at concurrency {} the batches differ between servers, and on a GPU batch "
+              "composition alone can change a greedy answer: run again with --concurrency 1 "
+              "to tell that from the draft")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,8 +107,17 @@ def main(argv: list[str] | None = None) -> int:
     summaries = {f"{name}/{variant}": analysis.summary(figures, k)
                  for name, r in runs.items() if name != run.NO_DRAFT
                  for variant, figures in r["variants"].items()}
+    notes += analysis.failures(runs)
+    without = [s.name for s in args.settings if s.speculative is None]
+    if without:
+        notes.append(f"{', '.join(without)}: no draft, so no acceptance to pair; left out of "
+                     "the comparisons (its speed is in the table)")
     for key, s in summaries.items():
-        if s["per_request"] and not s["consistent"]:
+        if key.split("/")[0] in without:
+            continue
+        if s["per_request"] and s["missing_note"]:
+            notes.append(f"{key}: {s['missing_note']}")
+        elif s["per_request"] and not s["consistent"]:
             notes.append(f"{key}: the per-request figures summed ({s['summed']}) differ from "
                          f"the server's counters over the same requests ({s['window']})")
         elif not s["per_request"] and request_metrics.supported(version):
@@ -104,13 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     for key, g in greedy.items():
         if g["differ"]:
             notes.append(f"{key}: {len(g['differ'])} of {g['compared']} greedy answers differ "
-                         f"from the server without a draft: {', '.join(g['differ'][:8])}")
+                         f"from the server without a draft: {', '.join(g['differ'][:8])}"
+                         + (BATCH_NOTE.format(args.concurrency) if args.concurrency > 1 else ""))
     result = {
         "target": target, "requests": len(requests), "max_tokens": args.max_tokens,
         "concurrency": args.concurrency, "k": k, "vllm": str(version), "runs": runs,
         "summaries": summaries, "comparisons": analysis.comparisons(runs),
         "template_cost": analysis.template_cost(runs), "greedy": greedy,
-        "speedups": analysis.speedups(runs), "notes": notes,
+        "speedups": analysis.speedups(runs), "speed": analysis.speed_verdicts(runs),
+        "notes": notes,
     }
     paths = report.write(result, out)
     print(report.markdown(result))

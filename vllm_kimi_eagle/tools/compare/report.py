@@ -30,10 +30,14 @@ def markdown(report: dict) -> str:
             greedy = report["greedy"].get(f"{name}/{variant}")
             same = ("-" if greedy is None else
                     f"{greedy['compared'] - len(greedy['differ'])}/{greedy['compared']}")
+            speed = report["speedups"].get(f"{name}/{variant}")
+            speedup = "-" if speed is None else (
+                f"{speed['median']}" if speed["rounds"] == 1 else
+                f"{speed['median']} ({speed['low']}-{speed['high']}, {speed['rounds']} rounds)")
             lines.append(f"| {name} | {variant} | {len(figures['requests'])} | {length} | "
-                         f"{positions} | {figures['tokens_per_s']} | "
-                         f"{report['speedups'].get(f'{name}/{variant}', '-')} | {same} |")
+                         f"{positions} | {figures['tokens_per_s']} | {speedup} | {same} |")
     lines.append("")
+    lines += [f"- speed: {line}" for line in report.get("speed", [])]
     lines += [f"- {c['verdict']}" for c in report["comparisons"]]
     lines += [f"- template: {c['verdict']}" for c in report["template_cost"].values()]
     lines += [f"- {line}" for line in report["notes"]]

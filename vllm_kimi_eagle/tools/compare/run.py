@@ -32,20 +32,48 @@ def variants(requests: list[Request], raw: bool) -> list[str]:
     return ["sent", "raw"] if raw and has_chat else ["sent"]
 
 
+def too_long(server: vllm_server.Server, path: str, payload: dict, max_model_len: int
+             ) -> str | None:
+    """Why the server cannot hold this request's prompt and its max_tokens, if it cannot
+    (its prompt as the server tokenizes it, the chat template applied)."""
+    if path.endswith("/chat/completions"):
+        body = {"model": payload["model"], "messages": payload["messages"],
+                "add_generation_prompt": True}
+    else:
+        body = {"model": payload["model"], "prompt": payload["prompt"]}
+    prompt = int(server.post("/tokenize", body)["count"])
+    wanted = payload.get("max_tokens")
+    if isinstance(wanted, int) and prompt + wanted > max_model_len:
+        return (f"not sent: its prompt is {prompt} tokens and it asks for {wanted} more, "
+                f"beyond the server's max_model_len {max_model_len} (serve with "
+                f"--server-arg=--max-model-len={prompt + wanted}, or lower its max_tokens)")
+    return None
+
+
 def send_all(server: vllm_server.Server, model: str, requests: list[Request], raw: bool,
              max_tokens: int, concurrency: int, label: str) -> dict:
-    """Every request once, ``concurrency`` at a time, between two /metrics scrapes."""
+    """Every request once, ``concurrency`` at a time, between two /metrics scrapes. A
+    request that fails (an HTTP error, a timeout) or would not fit the server's context is
+    recorded with its id and the reason, and the run goes on."""
     chosen = [r for r in requests if not raw or r.messages is not None]
+    max_model_len = server.max_model_len(model)
 
     def one(request: Request) -> dict:
         path, payload = body(request, model, raw, max_tokens)
-        answer = server.post(path, payload)
+        record = {"id": request.id, "greedy": request.greedy, "text": None,
+                  "output_tokens": 0, "acceptance": None}
+        try:
+            reason = too_long(server, path, payload, max_model_len)
+            if reason:
+                return dict(record, error=reason)
+            answer = server.post(path, payload)
+        except (vllm_server.ServerError, OSError, ValueError) as err:
+            return dict(record, error=str(err)[:600])
         choice = answer["choices"][0]
         acceptance = request_metrics.from_response(answer)
-        return {"id": request.id, "greedy": request.greedy,
-                "text": choice.get("text", (choice.get("message") or {}).get("content")),
-                "output_tokens": answer["usage"]["completion_tokens"],
-                "acceptance": None if acceptance is None else acceptance.as_dict()}
+        return dict(record, text=choice.get("text", (choice.get("message") or {}).get("content")),
+                    output_tokens=answer["usage"]["completion_tokens"],
+                    acceptance=None if acceptance is None else acceptance.as_dict())
 
     before = server.scrape()
     started = time.perf_counter()
@@ -82,21 +110,27 @@ def started(setting: Setting, target: str, args, out: str, version):
 
 def send_variants(server: vllm_server.Server, record: dict, name: str,
                   requests: list[Request], args) -> dict:
-    """A warm-up request outside every window, then each variant of the traffic."""
+    # Each variant keeps its first round's answers; round_tokens_per_s collects every
+    # round's speed (send_round adds the others).
+    """A short warm-up request outside every window (not one of the traffic's, which may
+    be one the server refuses), then each variant of the traffic."""
     model = server.model_name()
-    path, payload = body(requests[0], model, False, args.max_tokens)
-    server.post(path, payload)
+    server.post("/v1/completions", {"model": model, "prompt": "hello", "max_tokens": 8,
+                                    "temperature": 0.0})
     for variant in variants(requests, args.raw):
-        record["variants"][variant] = send_all(
+        record["variants"][variant] = sent = send_all(
             server, model, requests, variant == "raw", args.max_tokens, args.concurrency,
             f"{name}, {variant}")
+        sent["round_tokens_per_s"] = [sent["tokens_per_s"]]
     return record
 
 
 def measure_all(everyone: list[Setting], target: str, requests: list[Request], args,
                 out: str, version) -> dict:
-    """Every setting's record. One server at a time by default; side by side, all are
-    started at once and each is measured while the others are frozen (SIGSTOP)."""
+    """Every setting's record. One server at a time by default (each setting's speed is
+    then one window at its own time); side by side, all are started at once and each is
+    measured while the others are frozen (SIGSTOP), ``args.rounds`` times in alternating
+    order."""
     runs = {}
     if not args.side_by_side:
         for number, setting in enumerate(everyone, 1):
@@ -108,17 +142,34 @@ def measure_all(everyone: list[Setting], target: str, requests: list[Request], a
     with ExitStack() as stack:
         live = [(s, *stack.enter_context(started(s, target, args, out, version)))
                 for s in everyone]
-        for setting, server, record in live:
-            for _, other, _ in live:
-                other.pause()
-            server.resume()
-            try:
-                runs[setting.name] = send_variants(server, record, setting.name, requests,
-                                                   args)
-            finally:
+        for number in range(args.rounds):
+            shift = number % len(live)  # each round starts with another server
+            for setting, server, record in live[shift:] + live[:shift]:
                 for _, other, _ in live:
-                    other.resume()
+                    other.pause()
+                server.resume()
+                try:
+                    if number == 0:
+                        runs[setting.name] = send_variants(server, record, setting.name,
+                                                           requests, args)
+                    else:
+                        send_round(server, record, setting.name, requests, args, number)
+                finally:
+                    for _, other, _ in live:
+                        other.resume()
     return runs
+
+
+def send_round(server: vllm_server.Server, record: dict, name: str, requests: list[Request],
+               args, number: int) -> None:
+    """One more round of every variant, for its tokens/s (the answers are the first
+    round's)."""
+    model = server.model_name()
+    for variant in record["variants"]:
+        again = send_all(server, model, requests, variant == "raw", args.max_tokens,
+                         args.concurrency, f"{name}, {variant}, round {number + 1}")
+        record["variants"][variant].setdefault("round_tokens_per_s", []).append(
+            again["tokens_per_s"])
 
 
 def parse_setting(text: str, envs: dict[str, dict]) -> Setting:

@@ -81,6 +81,12 @@ def counters_line(counters: spec_metrics.SpecCounters) -> str:
 
 
 def main(argv: list[str]) -> int:
+    from vllm_kimi_eagle.tools.evaluation.tasks import lm_eval_problem
+
+    problem = lm_eval_problem()
+    if problem:
+        print(f"{PROG}: {problem}", file=sys.stderr)
+        return 2
     from lm_eval._cli import HarnessCLI
     from lm_eval.utils import setup_logging
 

@@ -161,16 +161,20 @@ def sample_context(sample: dict) -> str:
 def per_request(responses: list[dict], samples: list[dict], window: spec_metrics.Scrape,
                 k: int) -> dict | None:
     """Each document's own acceptance (its response's), their distribution overall and by
-    CATEGORY, and whether they add up to the server's counters over the window; None
-    where the responses carried no per-request figures."""
-    found = {r["context"]: r["acceptance"] for r in responses}
-    if not responses or None in found.values() or None in found:
+    CATEGORY, and whether they add up to the server's counters over the window (where
+    every response carried them: request_metrics.reported); None where none did."""
+    reported = request_metrics.reported(r["acceptance"] for r in responses)
+    found: dict[str, list] = {}  # each context's responses, in the order they came
+    for r in responses:
+        if r["acceptance"] is not None and r["context"] is not None:
+            found.setdefault(r["context"], []).append(r["acceptance"])
+    if not found:
         return None
     docs = {}
-    for sample in samples:
-        context = context_key(sample_context(sample))
-        if context in found:
-            docs.setdefault(sample["doc_id"], (sample["doc"].get(CATEGORY), found[context]))
+    for sample in sorted(samples, key=lambda s: s["doc_id"]):
+        waiting = found.get(context_key(sample_context(sample)))
+        if waiting and sample["doc_id"] not in docs:  # each response to one document
+            docs[sample["doc_id"]] = (sample["doc"].get(CATEGORY), waiting.pop(0))
     if not docs:
         return None
     every = [a for _, a in docs.values()]
@@ -178,7 +182,9 @@ def per_request(responses: list[dict], samples: list[dict], window: spec_metrics
     return {
         **request_metrics.distribution(every, k),
         "adds_up_to_counters": request_metrics.adds_up(
-            [r["acceptance"] for r in responses], spec_metrics.spec_counters(window).summary()),
+            list(reported.figures), spec_metrics.spec_counters(window).summary())
+        if reported.complete else None,
+        "missing": reported.missing,
         "by_category": {c: request_metrics.distribution(
             [a for cat, a in docs.values() if cat == c], k) for c in categories},
         "per_document": [{"doc": d, "category": c, "histogram": list(a.histogram),

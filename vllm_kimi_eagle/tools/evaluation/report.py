@@ -84,9 +84,11 @@ def per_request_lines(figures: dict | None) -> list[str]:
     def row(name, d):
         return (f"| {name} | {d['requests']} | {d['mean']} | {d['p10']} | {d['p50']} | "
                 f"{d['p90']} |")
-    return ["", "Acceptance length per request (with the draft); the requests "
-                f"{'add up' if figures['adds_up_to_counters'] else 'DO NOT add up'} to the "
-                "server's counters:", "",
+    check = {True: "the requests add up to the server's counters",
+             False: "the requests DO NOT add up to the server's counters",
+             None: f"{figures.get('missing', 0)} requests carried no figures and are left "
+                   "out"}[figures["adds_up_to_counters"]]
+    return ["", f"Acceptance length per request (with the draft); {check}:", "",
             "| | requests | mean | p10 | p50 | p90 |", "|---|---|---|---|---|---|",
             row("all", figures),
             *[row(name, d) for name, d in figures["by_category"].items()]]

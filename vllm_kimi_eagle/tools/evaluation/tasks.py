@@ -51,8 +51,38 @@ def task_folder(folders: tuple[str, ...] = TASK_FOLDERS) -> str:
                     "where they are in eval/tasks.")
 
 
+# The oldest lm-eval the tools run with: lm_eval._cli (vllm-kimi-eagle lm-eval) is from
+# 0.4.10, lm_eval.tasks._index (the task index read here) from 0.4.12.
+LM_EVAL_FLOOR = "0.4.12"
+
+
+def lm_eval_problem() -> str | None:
+    """Why the installed lm-eval cannot serve the tools (missing or too old), or None."""
+    import importlib.metadata
+
+    from packaging.version import Version
+
+    try:
+        found = importlib.metadata.version("lm-eval")
+    except importlib.metadata.PackageNotFoundError:
+        return (f"lm-eval is not installed; the evaluation tools need lm-eval "
+                f"{LM_EVAL_FLOOR} or later: pip install 'lm-eval[api]>={LM_EVAL_FLOOR}'")
+    if Version(found) < Version(LM_EVAL_FLOOR):
+        return (f"lm-eval {found} is installed; the evaluation tools need {LM_EVAL_FLOOR} or "
+                f"later (its task index and command line): pip install -U "
+                f"'lm-eval[api]>={LM_EVAL_FLOOR}'")
+    return None
+
+
+def require_lm_eval() -> None:
+    problem = lm_eval_problem()
+    if problem:
+        raise EvalError(problem)
+
+
 def task_manager(include_path: list[str] | tuple[str, ...] = ()):
     """lm-eval's task index with the project's tasks and the user's folders."""
+    require_lm_eval()
     from lm_eval.tasks import TaskManager
 
     return TaskManager(include_path=[task_folder(), *include_path])
