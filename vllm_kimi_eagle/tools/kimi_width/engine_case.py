@@ -6,7 +6,7 @@ The spec: ``target``, ``speculative_config`` (or null), ``prompts`` (lists of to
 ``max_tokens``, ``tensor_parallel``, ``enforce_eager``, ``max_model_len``,
 ``kv_cache_memory_bytes`` (the CPU build), ``gpu_memory_utilization`` (GPUs only). The result: start-up and generation seconds, the
 token ids per prompt, the spec-decode counters of the generation (tools/engine_process.py
-prints it).
+prints it), the generation timed after a short warm-up batch.
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ def run(spec: dict) -> dict:
     try:
         params = SamplingParams(temperature=0.0, max_tokens=spec["max_tokens"], ignore_eos=True)
         prompts = [TokensPrompt(prompt_token_ids=ids) for ids in spec["prompts"]]
+        # One short batch first: what the first requests compile or capture is not timed.
+        llm.generate(prompts, SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True),
+                     use_tqdm=False)
         before = spec_metrics.from_llm_metrics(llm.get_metrics())
         started = time.perf_counter()
         outputs = llm.generate(prompts, params, use_tqdm=False)

@@ -131,11 +131,15 @@ def loading(lines: list[dict], draft: str | None) -> dict:
         slowest = max(drafts, key=lambda l: l["seconds"])
         out["draft_load_s"] = slowest["seconds"]
         out["draft_class"] = slowest["class"]
-        for key, name in (("RssAnon", "draft_load_anon_gib"),
-                          ("cuda_allocated", "draft_load_cuda_gib")):
-            grew = [l["after_kib"][key] - l["before_kib"][key] for l in drafts
-                    if key in l["after_kib"] and key in l["before_kib"]]
-            if grew:  # what loading the draft added (the largest rank's)
+        # What loading the draft added (the largest rank's): the process's anonymous
+        # memory (the CPU build touches each page as it loads), and on a GPU the peak torch
+        # reached above what it held before (the parameters exist before loading).
+        for after, name in (("RssAnon", "draft_load_anon_gib"),
+                            ("cuda_peak", "draft_load_cuda_gib")):
+            before = "cuda_allocated" if after == "cuda_peak" else after
+            grew = [l["after_kib"][after] - l["before_kib"][before] for l in drafts
+                    if after in l["after_kib"] and before in l["before_kib"]]
+            if grew:
                 out[name] = round(max(grew) / 1024 ** 2, 3)
     return out
 

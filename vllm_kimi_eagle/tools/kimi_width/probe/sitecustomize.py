@@ -28,7 +28,16 @@ def memory_kib() -> dict:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         found["cuda_allocated"] = torch.cuda.memory_allocated() // 1024
+        found["cuda_peak"] = torch.cuda.max_memory_allocated() // 1024
     return found
+
+
+def reset_cuda_peak() -> None:
+    """On a GPU the parameters exist before loading (loading copies into them): what a
+    loader holds beside them shows only as the peak during loading."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.reset_peak_memory_stats()
 
 
 def _wrap(module) -> None:
@@ -36,6 +45,7 @@ def _wrap(module) -> None:
     original = loader.load_weights
 
     def load_weights(self, model, model_config):
+        reset_cuda_peak()
         before, started = memory_kib(), time.perf_counter()
         try:
             return original(self, model, model_config)
