@@ -26,7 +26,7 @@ def check_release(report: DraftReport) -> None:
     version = vllm_compat.installed_vllm_version()
     spec = report.spec
     gated = spec is not None and spec.output_gate
-    if gated and version is not None and version < vllm_compat.OUTPUT_GATE_FROM:
+    if gated and not vllm_compat.has_release(version, vllm_compat.OUTPUT_GATE_FROM):
         raise DraftConfigError(
             f"{report.config.source}: mla_use_output_gate is true, but vLLM {version}'s MLA "
             "attention never applies an output gate (from "

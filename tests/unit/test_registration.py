@@ -41,8 +41,8 @@ OVERRIDE = "VLLM_KIMI_EAGLE_UNCHECKED_RELEASE=1"
     "reported, acts, checks, says",
     [
         (None, False, False, "no vLLM is importable"),
-        ("0.10.2", False, False, "counts as 0.10, older than 0.18"),
-        ("0.17.1", False, False, "older than 0.18"),
+        ("0.10.2", False, False, "vLLM 0.10.2 comes before 0.18.1"),
+        ("0.17.1", False, False, "comes before 0.18.1"),
         ("0.18.1", False, False, OVERRIDE),
         ("0.25.1", False, False, "a minor neither run nor read for this plugin"),
         ("0.26.0", True, False, ""),
@@ -57,8 +57,10 @@ OVERRIDE = "VLLM_KIMI_EAGLE_UNCHECKED_RELEASE=1"
         ("0.33.0", True, False, ""),
         ("0.33.0rc1", True, False, "is a pre-release of 0.33, judged as 0.33, a minor this "
                                    "plugin was checked on"),
-        ("0.32.0.dev100+gabc1234", True, True, "is a dev build of 0.32 (code after that release"),
-        ("0.33.1.dev5+g1234abc", True, True, "is a dev build of 0.33"),
+        ("0.32.0.dev100+gabc1234", True, True, "is a development build on the way to 0.32.0 "
+                                               "(it comes before that release)"),
+        ("0.33.1.dev5+g1234abc", True, True, "is a development build on the way to 0.33.1"),
+        ("0.18.0", False, False, "comes before 0.18.1"),  # the minor's first release lacks it
         ("0.34.0rc1", True, True, "is a pre-release of 0.34, judged as 0.34, newer than 0.33"),
         ("0.34.0", True, True, "counts as 0.34, newer than 0.33, the newest minor"),
         ("1.0.0", True, True, "newer than 0.33"),
@@ -86,12 +88,13 @@ def test_a_pre_release_of_a_checked_minor_is_one_info_line_the_rest_warnings():
 @pytest.mark.parametrize("suffix", [".0", ".1", ".9", ".0.post1", ".0+cpu", ".1+cu130",
                                     ".0rc1", ".1rc2", ".0.dev100+g1234abc", ".2.dev5"])
 def test_every_release_of_a_checked_minor_is_judged_as_that_minor(minor, suffix):
-    """Releases and release candidates act in full; a dev build is code after the release
-    (vLLM's main branch reports the last release's next patch, .devN): contract first."""
+    """Releases and release candidates act in full; a development build (.devN) comes
+    before the release it leads to, under PEP 440 as in vLLM's main branch: contract
+    first."""
     verdict = vllm_compat.support_verdict(minor + suffix)
     dev = ".dev" in suffix
     assert verdict.act and verdict.check_contract is dev
-    assert verdict.message == "" or (f"dev build of {minor}" if dev else
+    assert verdict.message == "" or (f"not a release of {minor}" if dev else
                                      f"pre-release of {minor}, judged as {minor}") in verdict.message
 
 
@@ -171,6 +174,6 @@ def test_a_source_tree_without_metadata_is_read_from_vllm_version(
     monkeypatch.setattr(importlib.metadata, "version", no_dist)
     monkeypatch.setattr(vllm, "__version__", reported)
     assert vllm_compat.installed_vllm_version_text() == reported
-    assert vllm_compat.installed_vllm_version() == vllm_compat.parse_version(reported)
+    assert vllm_compat.installed_vllm_version() == vllm_compat.read_version(reported)
     verdict = vllm_compat.support_verdict(vllm_compat.installed_vllm_version_text())
     assert verdict.act and verdict.check_contract is (reported == "dev")

@@ -28,8 +28,11 @@ FROM = Version("0.29.0")
 
 
 def supported(version: Version | None) -> bool:
-    """Whether a vLLM release has per-request acceptance (None: unknown, assumed new)."""
-    return version is None or version >= FROM
+    """Whether a vLLM version has per-request acceptance (vllm_compat.has_release: None,
+    a version that names no release, is taken for the newest)."""
+    from vllm_kimi_eagle.vllm_compat import has_release
+
+    return has_release(version, FROM)
 
 
 def server_args(speculative: bool, version: Version | None) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from packaging.version import Version
 
-from vllm_kimi_eagle.vllm_compat import installed_vllm_version
+from vllm_kimi_eagle.vllm_compat import INSTALLED, has_release, installed_vllm_version
 
 # ---- GPU model runners (read in the 0.26.0 and 0.32.0 wheels; 0.26 run on an H100) ------
 # Both runners serve EAGLE3 drafts; the environment variable forces one: "1" Model Runner
@@ -35,20 +35,22 @@ V2_SERVES_SCHEDULE_FROM = Version("0.32.0")
 
 
 def schedule_problem(runner: str, data_parallel_size: int = 1,
-                     version: Version | None = None) -> str | None:
+                     version=INSTALLED) -> str | None:
     """Why this vLLM would not serve a num_speculative_tokens_per_batch_size as written on
-    ``runner`` ("v1" or "v2") with this data-parallel size, or None where it would."""
-    version = version or installed_vllm_version()
-    if version is not None and version < Version("0.26.0"):
+    ``runner`` ("v1" or "v2") with this data-parallel size, or None where it would
+    (``version``: vllm_compat.has_release's reading; left out, the installed vLLM's)."""
+    version = installed_vllm_version() if version is INSTALLED else version
+    if not has_release(version, Version("0.26.0")):
         return f"vLLM {version} has no num_speculative_tokens_per_batch_size"
     if data_parallel_size > 1:
         return (f"with data-parallel size {data_parallel_size} vLLM {version} drops the "
                 "schedule at start-up and drafts the static num_speculative_tokens (vLLM "
                 "#45963); measure and serve with --data-parallel-size 1, or serve a fixed k")
-    if runner == "v2" and version in V2_DYNAMIC_SPECULATION_BROKEN:
+    if runner == "v2" and version is not None and \
+            Version(version.base_version) in V2_DYNAMIC_SPECULATION_BROKEN:
         return (f"Model Runner V2 of vLLM {version} cannot start with a schedule; set "
                 f"{RUNNER_SWITCH}=0 (the V1 runner serves it)")
-    if runner == "v2" and version is not None and version < V2_SERVES_SCHEDULE_FROM:
+    if runner == "v2" and not has_release(version, V2_SERVES_SCHEDULE_FROM):
         return (f"Model Runner V2 of vLLM {version} ignores the schedule and drafts the "
                 f"static num_speculative_tokens (vLLM #51510; it serves the schedule from "
                 f"{V2_SERVES_SCHEDULE_FROM}); set {RUNNER_SWITCH}=0 to serve it with the V1 "
@@ -56,17 +58,16 @@ def schedule_problem(runner: str, data_parallel_size: int = 1,
     return None
 
 
-def default_gpu_runner(version: Version | None = None) -> str:
+def default_gpu_runner(version=INSTALLED) -> str:
     """"v1" or "v2": the runner a Kimi target gets on a GPU with nothing forced."""
-    version = version or installed_vllm_version()
     runner = DEFAULT_GPU_RUNNER[0][1]
     for since, name in DEFAULT_GPU_RUNNER:
-        if version is not None and version >= since:
+        if has_release(version, since):
             runner = name
     return runner
 
 
-def serving_runner(environ, on_cpu: bool, version: Version | None = None) -> str:
+def serving_runner(environ, on_cpu: bool, version=INSTALLED) -> str:
     """"v1" or "v2": the runner a Kimi target's engine gets with this environment."""
     if on_cpu:
         return "v1"  # the CPU build has no Triton backend: V1 on every release
