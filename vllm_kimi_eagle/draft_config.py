@@ -77,6 +77,15 @@ QUANT_FILE = "hf_quant_config.json"
 QUANTIZATION_KEYS = ("quantization_config", QUANT_FILE, "compression_config")
 
 
+def carries_served_key(raw) -> bool:
+    """Whether a config.json holds the plugin's in-memory channel (SERVED_KEY), at the top
+    or in the draft config an EAGLE wrapper nests under "model" (vLLM copies the nested
+    fields onto the wrapper)."""
+    nested = raw.get("model") if isinstance(raw, dict) else None
+    return isinstance(raw, dict) and (SERVED_KEY in raw or (
+        isinstance(nested, dict) and SERVED_KEY in nested))
+
+
 class DraftConfigError(ValueError):
     """A draft config that is malformed, or cannot describe a draft the plugin serves."""
 
@@ -545,7 +554,7 @@ def parse_draft_config(raw: Any, source: str = "config.json") -> DraftConfig:
         raise DraftConfigError(
             f"{source}: holds {type(raw).__name__} {_shown(raw)}, not a JSON object of "
             "config fields; download or export the draft's config.json again.")
-    if SERVED_KEY in raw:
+    if carries_served_key(raw):
         raise DraftConfigError(
             f"{source}: field {SERVED_KEY!r} is there, but only the plugin writes it, in "
             "memory, for its draft class; read from a file it would stand in for the "

@@ -35,7 +35,8 @@ from vllm.model_executor.models.deepseek_v2 import DeepseekV2MLAAttention, Deeps
 from vllm.model_executor.models.utils import get_draft_quant_config, maybe_prefix
 
 from vllm_kimi_eagle import checkpoint, rope_override, top_tokens, vllm_compat
-from vllm_kimi_eagle.draft_config import DraftConfigError, parse_draft_config
+from vllm_kimi_eagle.draft_config import DraftConfigError, carries_served_key, parse_draft_config
+from vllm_kimi_eagle.draft_plan import decided_here
 from vllm_kimi_eagle.draft_report import draft_report
 from vllm_kimi_eagle.draft_spec import (
     IGNORED_TENSORS,
@@ -64,12 +65,15 @@ MOVED_PARAMS = {"self_attn.g_proj.": "self_attn.mla_attn.g_proj."}
 def served_draft(draft_model_config) -> ServedDraft:
     """What the speculative hook decided for this draft (``served_draft.py``); where it
     did not run (a vLLM release it cannot hook), the same decisions, made here from the
-    draft folder's config.json."""
-    served = attached(draft_model_config.hf_config)
-    if served is not None:
-        return served
+    draft folder's config.json. Decisions found on vLLM's config object count only where
+    the hook put them (``draft_plan.decided_here``) and the file does not carry the
+    channel itself (``parse_draft_config`` refuses such a file)."""
     model = draft_model_config.model
     found = draft_config_json(model, getattr(draft_model_config, "revision", None))
+    served = attached(draft_model_config.hf_config)
+    if served is not None and decided_here(draft_model_config.hf_config) and (
+            found is None or not carries_served_key(found[0])):
+        return served
     if found is None:
         raise DraftConfigError(f"{model}: its config.json is neither in a local folder nor "
                                "in the Hugging Face cache.")

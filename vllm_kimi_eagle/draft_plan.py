@@ -111,7 +111,7 @@ def plan_for(draft: DraftAtHand) -> Plan:
     report = draft_report(
         config, headers.tensors, target_layers=draft.target_layers,
         target_hidden=draft.target_hidden, target_vocab=draft.target_vocab,
-        can_capture_after_last=vllm_compat.can_capture_after_last_layer())
+        can_capture_after_last=vllm_compat.can_capture_after_last_layer(), ours=draft.ours)
     acts_on_ids = draft.kimi_target or report.states_convention
     if not (draft.ours or acts_on_ids):
         return Plan(None, None, why_not="not a Kimi or DeepSeek target's draft")

@@ -72,17 +72,22 @@ def draft_report(
     can_capture_after_last: bool,
     header_error: str | None = None,
     environ=os.environ,
+    ours: bool = True,
 ) -> DraftReport:
     """The draft's spec, the layers vLLM must capture, how it reads positions, its rope
-    base and every problem found.
+    base and every problem found. ``ours``: the plugin's draft class serves it (False:
+    vLLM's class, which rotates every draft's rope dims).
 
     ``tensors`` None: the headers could not be read, and the tensor checks are skipped
     (loading still checks every tensor).
     """
     known = tensors or {}
     spec, config_error, problems = None, None, ()
+    positions = decide_positions(config, environ)
     try:
-        spec = spec_from_config(config)
+        # The rope is refused only where it will be rotated as served: vLLM's class
+        # rotates every draft, the plugin's as the positions decision says.
+        spec = spec_from_config(config, served_nope=positions.nope and ours)
     except DraftConfigError as err:
         config_error = err
     if spec is not None and tensors:
@@ -101,7 +106,7 @@ def draft_report(
         )
     except LayerIdError as err:
         layer_id_error = err
-    return DraftReport(config, spec, decision, decide_positions(config, environ),
+    return DraftReport(config, spec, decision, positions,
                        rope_override.served_rope_theta(config, environ), config_error,
                        layer_id_error, problems, header_error,
                        explicit_convention(config, environ)[0] is not None)

@@ -102,9 +102,11 @@ def _flag(value: bool | None, default: bool) -> bool:
     return default if value is None else value
 
 
-def spec_from_config(config: DraftConfig) -> DraftSpec:
+def spec_from_config(config: DraftConfig, served_nope: bool | None = None) -> DraftSpec:
     """The DraftSpec of a draft's validated config record; a config that cannot describe a
-    draft the plugin reads is a DraftConfigError naming the file and the field."""
+    draft the plugin reads is a DraftConfigError naming the file and the field.
+    ``served_nope``: whether its rope dims will be left unrotated as served (the positions
+    decision, and the plugin's class serving it); None: as config.json says."""
     source = config.source
 
     def required(key):
@@ -167,8 +169,8 @@ def spec_from_config(config: DraftConfig) -> DraftSpec:
         max_position_embeddings=config.max_position_embeddings or 8192,
     )
     rope = config.rope
-    if config.kv_lora_rank is not None and rope.kind not in MLA_ROPE_TYPES \
-            and not config.mla_use_nope:
+    rotated = not (config.mla_use_nope if served_nope is None else served_nope)
+    if config.kv_lora_rank is not None and rope.kind not in MLA_ROPE_TYPES and rotated:
         key = "rope_type" if getattr(config, rope.block).rope_type else "type"
         raise DraftConfigError(
             f"{source}: field '{rope.block}.{key}' is {rope.kind!r}, but vLLM's MLA attention "

@@ -325,6 +325,11 @@ def test_the_plugins_own_attribute_is_never_read_from_a_file():
     message = str(pytest.raises(DraftConfigError, parse, **{SERVED_KEY: {}}).value)
     assert message.startswith(f"{SOURCE}: field {SERVED_KEY!r} is there") \
         and "Remove it from config.json" in message
+    # An EAGLE wrapper's nested draft config carries it too: vLLM copies it onto the
+    # wrapper, where the draft class would find it.
+    nested = pytest.raises(DraftConfigError, parse, model_type="eagle",
+                           model={"model_type": "kimi_k2", SERVED_KEY: {}}).value
+    assert f"field {SERVED_KEY!r} is there" in str(nested)
 
 
 def test_the_record_travels_as_json_and_comes_back_as_it_was():

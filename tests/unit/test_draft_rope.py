@@ -154,3 +154,25 @@ def test_a_value_one_block_leaves_out_is_vllms_default_there():
                      "rope_parameters": dict(spelled, mscale_all_dim=0, mscale=0.707)})
     [problem] = parse_draft_config(other).rope_disagreements
     assert "two different ropes (mscale 1 against 0.707; transformers" in problem, problem
+
+
+@pytest.mark.parametrize("environ, ours, refused", [
+    ({}, True, False),  # NoPE as written, the plugin's class: the rope is never rotated
+    ({"VLLM_KIMI_EAGLE_DRAFT_NOPE": "off"}, True, True),  # served with RoPE
+    ({}, False, True),  # vLLM's class rotates every draft
+])
+def test_a_rope_type_is_refused_where_it_will_be_rotated_as_served(environ, ours, refused):
+    """The refusal reads the positions decision and the class that serves, not config.json's
+    mla_use_nope alone: a draft served with RoPE is refused for a rope vLLM rewrites,
+    whatever the config says."""
+    from vllm_kimi_eagle.draft_config import as_record
+    from vllm_kimi_eagle.draft_report import draft_report
+
+    config = as_record(_config({"rope_scaling": {"type": "linear", "factor": 4.0},
+                                "mla_use_nope": True}), "d/config.json")
+    report = draft_report(config, None, target_layers=6, target_hidden=None,
+                          target_vocab=None, can_capture_after_last=True, environ=environ,
+                          ours=ours)
+    assert (report.config_error is not None) is refused
+    if refused:
+        assert "'rope_scaling.type' is 'linear'" in str(report.config_error)

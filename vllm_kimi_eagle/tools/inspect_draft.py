@@ -13,6 +13,7 @@ import os
 from collections import Counter
 
 from vllm_kimi_eagle import checkpoint, rope_override, settings, vllm_compat
+from vllm_kimi_eagle.architectures import draft_choice
 from vllm_kimi_eagle.tools.config_access import text_config_value
 from vllm_kimi_eagle.draft_config import DraftConfigError, load_config_json, parse_draft_config
 from vllm_kimi_eagle.draft_positions import NOPE_KEY
@@ -121,6 +122,7 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
         target_layers=layers, target_hidden=hidden, target_vocab=vocab,
         can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
         header_error=header_error, environ=environ,
+        ours=draft_choice(environ) == "plugin",
     )
     report["problems"] += found.problems
     asked = rope_override.requested_rope_theta(environ)
