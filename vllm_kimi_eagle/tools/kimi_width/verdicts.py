@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vllm_kimi_eagle.fixtures import kimi_width as kw
+from vllm_kimi_eagle.tools.gpu_check.verdicts import Check
 
 PLUGIN, IN_TREE = "plugin", "in-tree"
 MEMORY_RATIO = 1.02
@@ -62,14 +63,6 @@ def matrix(drafts: tuple[str, ...], tensor_parallel: tuple[int, ...]) -> list[Ca
         for draft in drafts:
             cases += [Case(f"tp{tp}/{draft}/{c}", tp, draft, c) for c in order]
     return cases
-
-
-@dataclass(frozen=True)
-class Check:
-    case: str
-    check: str
-    ok: bool
-    detail: str
 
 
 def case_checks(case: Case, result: dict, prompts: list[list[int]], width,
