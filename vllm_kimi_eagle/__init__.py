@@ -75,6 +75,8 @@ def _install() -> list[str]:
     from vllm_kimi_eagle import patching
     from vllm_kimi_eagle.architectures import (
         DRAFT_CLASS,
+        IN_TREE_ALIAS,
+        IN_TREE_CLASS,
         PLUGIN_DRAFT_ARCHITECTURES,
         draft_choice,
     )
@@ -88,15 +90,9 @@ def _install() -> list[str]:
     from vllm_kimi_eagle.mla_detection import install_mla_detection
     from vllm_kimi_eagle.speculative_hook import install_speculative_hook
 
+    # On a minor not checked on, whether the plugin's class still fits this vLLM is read
+    # where a draft is built (draft_class_entry.py), not here: every process pays register().
     ours = draft_choice() == "plugin"
-    upstream_why = "VLLM_KIMI_EAGLE_DRAFT=upstream"
-    if ours and verdict.check_contract:  # a minor not checked on: does our class still fit?
-        from vllm_kimi_eagle import release_gate
-
-        problems = release_gate.contract_problems()
-        if problems:
-            logger.warning(release_gate.kept_line(reported, problems))
-            ours, upstream_why = False, "what the plugin's class builds on moved"
     changes = []
     # Whichever draft class serves: the CPU sampler and MLA backends are vLLM's, for every
     # speculative method (all change nothing on builds with Triton, i.e. on GPUs).
@@ -116,11 +112,13 @@ def _install() -> list[str]:
         from vllm_kimi_eagle.draft_config_override import install_draft_config_override
 
         install_draft_config_override()
-        for architecture in sorted(PLUGIN_DRAFT_ARCHITECTURES):
+        served = {architecture: DRAFT_CLASS for architecture in PLUGIN_DRAFT_ARCHITECTURES}
+        for architecture, target in sorted({**served, IN_TREE_ALIAS: IN_TREE_CLASS}.items()):
             patching.remember_item(ModelRegistry.models, architecture)
-            ModelRegistry.register_model(architecture, DRAFT_CLASS)
+            ModelRegistry.register_model(architecture, target)
         changes.append(f"{', '.join(sorted(PLUGIN_DRAFT_ARCHITECTURES))} served by its "
-                       "draft class")
+                       "draft class where it can serve them, by vLLM's otherwise")
     else:
-        changes.append(f"MLA EAGLE3 drafts served by vLLM's in-tree class ({upstream_why})")
+        changes.append("MLA EAGLE3 drafts served by vLLM's in-tree class "
+                       f"({settings.DRAFT.name}=upstream)")
     return changes

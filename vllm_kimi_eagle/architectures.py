@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import os
 
-from vllm_kimi_eagle import settings
+from vllm_kimi_eagle import settings, vllm_compat
 
 DRAFT_ENV = settings.DRAFT.name
 # Draft architectures served by this plugin, and the class that serves them.
-DRAFT_CLASS = "vllm_kimi_eagle.draft_model:Eagle3DeepseekV2ForCausalLM"
+# A lazy name (draft_class_entry.py): the plugin's class, or vLLM's where a vLLM minor the
+# plugin was not checked on breaks what the plugin's class builds on.
+DRAFT_CLASS = "vllm_kimi_eagle.draft_class_entry:Eagle3DeepseekV2ForCausalLM"
+# vLLM's own MLA draft class, under a name of its own: the speculative hook gives a draft
+# this name where vLLM's class serves it (draft_class.py).
+IN_TREE_CLASS = ":".join(vllm_compat.IN_TREE_MLA_DRAFT)
+IN_TREE_ALIAS = "Eagle3DeepseekV2ForCausalLMInTree"  # starts with Eagle3: vLLM keeps it
 DRAFT_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
 # MLA draft architectures that only a training tool writes and vLLM has no class for:
 # SpecForge's (specforge/modeling/draft/deepseek_eagle3.py). Served by the same class.

@@ -46,6 +46,7 @@ from vllm_kimi_eagle.draft_spec import (
     spec_from_config,
 )
 from vllm_kimi_eagle.draft_source import draft_config_json
+from vllm_kimi_eagle.quantization import require_plugin_loads
 from vllm_kimi_eagle.served_draft import ServedDraft, attached
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
@@ -156,6 +157,7 @@ class Eagle3MLAModel(nn.Module):
         config = draft_model_config.hf_config
         served = served or served_draft(draft_model_config)
         spec = dataclasses.replace(spec_from_config(served.config), nope=served.nope)
+        require_plugin_loads(spec.quantization, served.config.source)
         self.spec = spec
         self.embed_tokens = VocabParallelEmbedding(
             spec.vocab_size, spec.hidden_size, prefix=maybe_prefix(prefix, "embed_tokens")

@@ -46,7 +46,7 @@ class DraftAtHand:
     model: str
     revision: str | None
     mla: bool  # one of the MLA EAGLE3 architectures the plugin knows
-    ours: bool  # served by the plugin's class
+    asked_ours: bool  # the plugin's class is registered for it (VLLM_KIMI_EAGLE_DRAFT=plugin)
     kimi_target: bool  # a Kimi or DeepSeek target: layer ids handled unasked
     target_layers: int
     target_hidden: int
@@ -58,6 +58,7 @@ class DraftAtHand:
 
 
 def draft_at_hand(spec_config, ours: bool) -> DraftAtHand:
+    """``ours``: the plugin's class is registered for its MLA draft architectures."""
     draft, target = spec_config.draft_model_config, spec_config.target_model_config
     mla = bool(PLUGIN_DRAFT_ARCHITECTURES & set(draft.architectures or ()))
     return DraftAtHand(
@@ -88,9 +89,10 @@ class Plan:
     why_not: str = ""
 
 
-def plan_for(draft: DraftAtHand) -> Plan:
+def plan_for(draft: DraftAtHand, contract: tuple[str, ...] = ()) -> Plan:
     """Read the draft's config.json once (folder, Hugging Face cache, or as vLLM read it)
-    and, for the MLA drafts the plugin knows, its safetensors headers; report. Drafts the
+    and, for the MLA drafts the plugin knows, its safetensors headers; report (with
+    ``contract``: where this vLLM breaks what the plugin's class builds on). Drafts the
     plugin does not act on (another target's, served by vLLM's class, stating no
     convention) are vLLM's to judge, a malformed config.json included."""
     found = draft_config_json(draft.model, draft.revision)
@@ -100,7 +102,7 @@ def plan_for(draft: DraftAtHand) -> Plan:
     try:
         config = parse_draft_config(*found)
     except DraftConfigError as err:
-        if draft.kimi_target or draft.ours:
+        if draft.kimi_target or draft.asked_ours:
             raise
         return Plan(None, None, why_not=str(err))
     # Headers only for the MLA drafts the plugin knows: nothing is read, locally or from
@@ -111,8 +113,9 @@ def plan_for(draft: DraftAtHand) -> Plan:
     report = draft_report(
         config, headers.tensors, target_layers=draft.target_layers,
         target_hidden=draft.target_hidden, target_vocab=draft.target_vocab,
-        can_capture_after_last=vllm_compat.can_capture_after_last_layer(), ours=draft.ours)
+        can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
+        asked="plugin" if draft.asked_ours else "upstream", contract=contract)
     acts_on_ids = draft.kimi_target or report.states_convention
-    if not (draft.ours or acts_on_ids):
+    if not (draft.asked_ours or acts_on_ids):
         return Plan(None, None, why_not="not a Kimi or DeepSeek target's draft")
     return Plan(report, headers, acts_on_ids)

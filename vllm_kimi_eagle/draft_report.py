@@ -13,9 +13,11 @@ import os
 from dataclasses import dataclass
 
 from vllm_kimi_eagle import checkpoint, rope_override
+from vllm_kimi_eagle.draft_class import ClassChoice, Needs, choose_class
 from vllm_kimi_eagle.draft_config import DraftConfig, DraftConfigError, record_json
 from vllm_kimi_eagle.draft_positions import PositionDecision, decide_positions
 from vllm_kimi_eagle.draft_spec import DraftSpec, spec_from_config
+from vllm_kimi_eagle.quantization import QuantizationConfigError, quantization_from_config
 from vllm_kimi_eagle.layer_ids import (
     LayerIdDecision,
     LayerIdError,
@@ -32,6 +34,7 @@ class DraftReport:
     decision: LayerIdDecision | None
     positions: PositionDecision
     rope_theta: float | None  # the rope base served
+    choice: ClassChoice  # which class serves it
     config_error: DraftConfigError | None = None
     layer_id_error: LayerIdError | None = None
     tensor_problems: tuple[str, ...] = ()
@@ -41,9 +44,16 @@ class DraftReport:
     @property
     def problems(self) -> list[str]:
         """Every problem, in the order a user should fix them."""
-        found = [str(e) for e in (self.header_error, self.config_error, self.layer_id_error)
-                 if e]
+        config_error = self.config_error if self.choice.ours else None
+        found = [str(e) for e in (self.header_error, self.choice.refusal, config_error,
+                                  self.layer_id_error) if e]
         return found + list(self.tensor_problems)
+
+    @property
+    def notes(self) -> list[str]:
+        """What the plugin's reading of the config found that does not stop vLLM's class
+        (which reads the config its own way)."""
+        return [str(self.config_error)] if self.config_error and not self.choice.ours else []
 
 
     @property
@@ -72,25 +82,35 @@ def draft_report(
     can_capture_after_last: bool,
     header_error: str | None = None,
     environ=os.environ,
-    ours: bool = True,
+    asked: str = "plugin",
+    contract: tuple[str, ...] = (),
 ) -> DraftReport:
     """The draft's spec, the layers vLLM must capture, how it reads positions, its rope
-    base and every problem found. ``ours``: the plugin's draft class serves it (False:
-    vLLM's class, which rotates every draft's rope dims).
+    base, which class serves it and every problem found. ``asked``: the class the user
+    asked for (VLLM_KIMI_EAGLE_DRAFT); ``contract``: where this vLLM breaks what the
+    plugin's class builds on (``draft_class.choose_class``).
 
     ``tensors`` None: the headers could not be read, and the tensor checks are skipped
-    (loading still checks every tensor).
+    (loading still checks every tensor). The tensors are checked for the plugin's class
+    only: vLLM's class loads as vLLM does.
     """
     known = tensors or {}
     spec, config_error, problems = None, None, ()
     positions = decide_positions(config, environ)
     try:
+        quantization = quantization_from_config(config.quantization_config, config.source,
+                                                config.quantization_from)
+    except QuantizationConfigError:
+        quantization = None  # spec_from_config reports it
+    choice = choose_class(asked, Needs(config, positions, tuple(known)), quantization,
+                          contract)
+    try:
         # The rope is refused only where it will be rotated as served: vLLM's class
         # rotates every draft, the plugin's as the positions decision says.
-        spec = spec_from_config(config, served_nope=positions.nope and ours)
+        spec = spec_from_config(config, served_nope=positions.nope and choice.ours)
     except DraftConfigError as err:
         config_error = err
-    if spec is not None and tensors:
+    if spec is not None and tensors and choice.ours:
         problems = tuple(checkpoint.check_checkpoint(
             spec, tensors, target_vocab=target_vocab, target_hidden=target_hidden))
     decision, layer_id_error = None, None
@@ -107,6 +127,6 @@ def draft_report(
     except LayerIdError as err:
         layer_id_error = err
     return DraftReport(config, spec, decision, positions,
-                       rope_override.served_rope_theta(config, environ), config_error,
+                       rope_override.served_rope_theta(config, environ), choice, config_error,
                        layer_id_error, problems, header_error,
                        explicit_convention(config, environ)[0] is not None)

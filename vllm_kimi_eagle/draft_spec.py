@@ -236,7 +236,7 @@ def expected_tensors(spec: DraftSpec) -> dict[str, tuple[int, ...]]:
     # d2t: required with a pruned vocabulary; a full-vocabulary draft may carry the
     # identity (all zeros), as TorchSpec and SpecForge write it. Values are checked at load.
     tensors["d2t"] = (spec.draft_vocab_size,)
-    if spec.quantization is not None:
+    if spec.quantization is not None and spec.quantization.loads_in_plugin_class:
         for name in linear_weights(spec):
             tensors.update(scale_tensors(spec.quantization, name, tensors[name]))
     return tensors

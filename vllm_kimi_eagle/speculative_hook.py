@@ -17,7 +17,10 @@ vLLM has read and wrapped the draft's config, before an engine starts or a weigh
    decisions the draft class needs travel with the draft's config (``served_draft.py``);
 4. a k schedule (``num_speculative_tokens_per_batch_size``) that vLLM would refuse only
    after loading the weights is refused (``draft_checks.py``, as the checks below);
-5. with the plugin's draft class, the checkpoint is checked against its config (the class
+5. a draft the plugin's class cannot serve here (a quantization it does not load, a vLLM
+   whose internals moved) is given the name of vLLM's class, with one line, unless vLLM's
+   class would serve it wrong (``draft_class.py``);
+6. with the plugin's draft class, the checkpoint is checked against its config (the class
    checks again while loading), a quantized draft this platform would not serve right is
    refused (``quantization.py``), and vLLM's proposer is told to use the class's greedy
    shortcut unless the user set the switch or vLLM rejects it (``shortcut_policy.py``).
@@ -37,11 +40,12 @@ from vllm_kimi_eagle import (
     checkpoint,
     cpu_mla_verify,
     cpu_sampler,
+    release_gate,
     settings,
     shortcut_policy,
     vllm_compat,
 )
-from vllm_kimi_eagle.architectures import DRAFT_ENV
+from vllm_kimi_eagle.architectures import IN_TREE_ALIAS
 from vllm_kimi_eagle.draft_checks import (
     QuantizedDraftError,
     ScheduleError,
@@ -72,6 +76,10 @@ class DraftRefusedError(Exception):
     dataclass) passes it on as it is instead of wrapping it in a ValidationError."""
 
 
+class DraftClassError(ValueError):
+    """A draft the plugin's class cannot serve and vLLM's would serve wrong."""
+
+
 class PluginHookError(RuntimeError):
     """Something failed inside the plugin's hook that says nothing about the draft."""
 
@@ -82,11 +90,10 @@ def announce(draft: DraftAtHand, report: DraftReport) -> None:
     if rope.original_max_filled:
         logger.info("vllm-kimi-eagle: the draft's rope is served as %s.", rope.words())
     positions = report.positions
-    if not draft.ours and positions.written:
+    if not report.choice.ours and positions.written:
         logger.warning("vllm-kimi-eagle: the draft config sets %s, which vLLM's in-tree "
-                       "draft class (%s=upstream) ignores: it rotates the rope dims.",
-                       NOPE_KEY, DRAFT_ENV)
-    if draft.ours and (positions.written or positions.nope):
+                       "draft class ignores: it rotates the rope dims.", NOPE_KEY)
+    if report.choice.ours and (positions.written or positions.nope):
         log = logger.warning if positions.ambiguous else logger.info
         log("vllm-kimi-eagle: %s", report.positions_line)
 
@@ -141,8 +148,21 @@ def on_speculative_config(spec_config, ours: bool) -> None:
     draft = draft_at_hand(spec_config, ours)
     if draft.decided:  # vLLM builds the speculative config again around the same draft
         return
-    plan = plan_for(draft)
+    # On a vLLM minor not checked on: whether the plugin's class fits it (read once here,
+    # where a draft is built; draft_class_entry.py reads the same in the worker).
+    contract = release_gate.contract_problems_here() if draft.asked_ours else ()
+    plan = plan_for(draft, contract)
     apply_plan(spec_config, draft, plan)
+
+
+def hand_to_vllm(spec_config, draft: DraftAtHand, report: DraftReport) -> None:
+    """Give the draft the architecture name registered to vLLM's class (the worker builds
+    the class its hf_config names), and say so in one line."""
+    if report.choice.refusal is not None:
+        raise DraftClassError(report.choice.refusal)
+    draft.hf_config.architectures = [IN_TREE_ALIAS]
+    vllm_compat.refresh_draft_architecture(spec_config)
+    logger.info("vllm-kimi-eagle: %s.", report.choice.line(draft.model))
 
 
 def apply_plan(spec_config, draft: DraftAtHand, plan: Plan) -> None:
@@ -157,7 +177,9 @@ def apply_plan(spec_config, draft: DraftAtHand, plan: Plan) -> None:
     if plan.acts_on_ids:
         apply_layer_ids(draft, report)
     check_schedule(spec_config)
-    if draft.ours:
+    if draft.asked_ours and not report.choice.ours:
+        hand_to_vllm(spec_config, draft, report)
+    if report.choice.ours:
         check_release(report)
         check_checkpoint(draft, report, plan.headers)
         check_quantization(draft, report)
@@ -167,7 +189,7 @@ def apply_plan(spec_config, draft: DraftAtHand, plan: Plan) -> None:
 
 # The errors that are a verdict on the user's draft or settings, each naming the field.
 REFUSALS = (DraftConfigError, LayerIdError, checkpoint.CheckpointError, QuantizedDraftError,
-            ScheduleError)
+            ScheduleError, DraftClassError)
 
 
 def guarded(spec_config, ours: bool) -> None:

@@ -137,7 +137,8 @@ def support_verdict(reported: str | None, unchecked_allowed: bool = False) -> Ve
     checked_range = f"{OLDEST_CHECKED}-{NEWEST_CHECKED}"
     unchecked_act = (
         "it acts, but its draft class replaces vLLM's only where the vLLM classes that "
-        "class builds on still take what it passes (checked now); a part of vLLM it patches "
+        "class builds on still take what it passes (checked where a draft is built); a "
+        "part of vLLM it patches "
         "that is missing is skipped with a warning. Check acceptance with "
         "`vllm-kimi-eagle inspect` and report problems.")
     if reported is None:
@@ -336,6 +337,16 @@ def can_capture_after_last_layer(version=INSTALLED) -> bool:
 def total_layers(model_config) -> int:
     """The target's total number of decoder layers (ModelConfig method, read in 0.28-0.32)."""
     return model_config.get_total_num_hidden_layers()
+
+
+def refresh_draft_architecture(spec_config) -> None:
+    """After the draft's ``hf_config.architectures`` changed: vLLM's fields derived from it
+    (SpeculativeConfig.update_arch_, read in 0.28-0.33, which vLLM calls after its own
+    renames). The worker builds the class ``hf_config.architectures`` names in every
+    release (model_loader/utils.py ``_get_model_architecture``)."""
+    update = getattr(spec_config, "update_arch_", None)
+    if update is not None:
+        update()
 
 
 # Whether a (multimodal) target takes multimodal inputs at all (False with

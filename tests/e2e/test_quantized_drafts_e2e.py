@@ -8,7 +8,10 @@ side by side with vLLM's in-tree class and against the unquantized draft's accep
 - compressed-tensors W8A8 int8: served at the unquantized draft's acceptance on a CPU
   with AMX; refused in one line elsewhere, where vLLM's in-tree class fails loading it;
 - block FP8 with q_a/kv_a left in float (an ignore list): vLLM's in-tree class serves it
-  at acceptance 1.00, silently; the plugin refuses it before loading, naming the tensors.
+  at acceptance 1.00, silently; the plugin refuses it before loading, naming the tensors;
+- compressed-tensors W4A16 (int4 groups, llm-compressor's pack-quantized): the plugin's
+  class does not load it; vLLM's CPU build serves it with its own class, and the plugin
+  hands it there by itself, as the switch VLLM_KIMI_EAGLE_DRAFT=upstream would.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def quantized(tiny, tmp_path_factory):
         "fp8-partial": write_quantized_draft(base, str(folder / "fp8-partial"), "fp8-block",
                                              (64, 128), skip=("q_a_proj.weight",
                                                               "kv_a_proj_with_mqa.weight")),
+        "w4a16": write_quantized_draft(base, str(folder / "w4a16"), "w4a16", group_size=32),
     }
 
 
@@ -90,3 +94,26 @@ def test_a_draft_with_layers_left_in_float_is_refused_not_served_wrong(tiny, qua
     if amx_available():  # what vLLM alone makes of it, for the record
         in_tree = serve(tiny, quantized["fp8-partial"], env=IN_TREE)
         print(f"fp8 with q_a/kv_a in float: in-tree {figures(in_tree)}")
+
+
+SPEC_FIGURES = ("token_ids", "acceptance_length", "acceptance_by_position", "drafts",
+                "draft_tokens", "accepted_tokens")
+
+
+def test_a_scheme_only_vllms_class_loads_is_handed_to_it_by_itself(tiny, quantized):
+    """No switch set: the hook gives the W4A16 draft the name registered to vLLM's class,
+    says so in one line, and the engine serves it exactly as with the switch (one variable:
+    the switch), at the unquantized draft's acceptance (a draft whose int4 weights were
+    scrambled gives 1.00 here)."""
+    handed = served(serve(tiny, quantized["w4a16"]))
+    chosen = served(serve(tiny, quantized["w4a16"], env=IN_TREE))
+    unquantized = served(engine(tiny, "draft", dtype="bfloat16"))
+    print(f"\nw4a16: handed over {figures(handed)}, with the switch {figures(chosen)}, "
+          f"unquantized {figures(unquantized)}")
+    assert handed["drafts"] > 0, "no draft proposed"
+    assert "is served by vLLM's in-tree draft class: its quantization is compressed-tensors " \
+           "(group_0: weights int 4-bit group group 32" in handed["_log"]
+    assert "Using CPUWNA16LinearKernel" in handed["_log"]  # vLLM's own int4 kernel
+    assert {name: handed[name] for name in SPEC_FIGURES} == \
+        {name: chosen[name] for name in SPEC_FIGURES}
+    assert abs(handed["acceptance_length"] - unquantized["acceptance_length"]) <= TOLERANCE

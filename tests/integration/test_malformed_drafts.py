@@ -36,16 +36,6 @@ def _corrupt_index(folder):
         f.write('{"weight_map": {"fc.weight": "model.safet')
 
 
-NVFP4 = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
-         "config_groups": {"group_0": {
-             "targets": ["Linear"],
-             "weights": {"type": "float", "num_bits": 4, "strategy": "tensor_group",
-                         "group_size": 16, "symmetric": True, "dynamic": False},
-             "input_activations": {"type": "float", "num_bits": 4, "strategy": "tensor_group",
-                                   "group_size": 16, "symmetric": True, "dynamic": "local"}}},
-         "ignore": ["lm_head"]}
-
-
 def _cut_in_half(folder):
     path = os.path.join(folder, "model.safetensors")
     data = open(path, "rb").read()
@@ -92,9 +82,6 @@ CASES = {
         draft_vocab_size=c["vocab_size"] + 1), ["draft_vocab_size is", "a draft vocabulary"]),
     "two states for three ids": ("draft", lambda c: c.update(num_aux_hidden_states=2),
                                  ["num_aux_hidden_states is 2", "lists 3 layer(s)"]),
-    "nvfp4": ("draft", lambda c: c.update(quantization_config=NVFP4),
-              ["quantization_config is compressed-tensors", "dynamic 'local'",
-               "VLLM_KIMI_EAGLE_DRAFT=upstream"]),
     "config.json truncated": ("draft", "truncate", ["config.json", "not valid JSON"]),
 }
 
@@ -159,7 +146,9 @@ def test_inspect_and_start_up_give_the_same_cause(tiny, drafts, startup, name):
 
 # What the plugin's class refuses but vLLM alone would serve: with VLLM_KIMI_EAGLE_DRAFT=
 # upstream nothing of the plugin refuses them (vLLM's in-tree class is theirs to judge).
-VLLMS_TO_JUDGE = ("nvfp4", "two rope blocks", "linear rope", "fc_norm against use_aux_norm")
+# A quantization only vLLM's class loads is handed to it without the switch
+# (test_draft_class_agreement.py).
+VLLMS_TO_JUDGE = ("two rope blocks", "linear rope", "fc_norm against use_aux_norm")
 
 
 def test_what_vllm_alone_would_serve_is_left_to_vllm_with_the_switch(tiny, drafts):

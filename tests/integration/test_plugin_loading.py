@@ -63,7 +63,7 @@ def test_register_twice_is_harmless_and_imports_no_model_code():
     )
     assert result["same_check"] and result["wrapped_once"]
     assert result["draft_module_imported"] is False  # lazy "module:Class" registration
-    assert result["registered"] == "vllm_kimi_eagle.draft_model"
+    assert result["registered"] == "vllm_kimi_eagle.draft_class_entry"
 
 
 def test_old_vllm_gets_one_warning_and_no_changes():
@@ -125,7 +125,23 @@ imported_before = "vllm.model_executor.models.llama_eagle3" in sys.modules
 started = time.perf_counter()
 vllm_kimi_eagle.register()
 seconds = time.perf_counter() - started
+imported_by_register = (not imported_before
+                        and "vllm.model_executor.models.llama_eagle3" in sys.modules)
+from vllm_kimi_eagle import release_gate
+contract = list(release_gate.contract_problems_here())
+contract_imported = "vllm.model_executor.models.llama_eagle3" in sys.modules
 from vllm import ModelRegistry
+resolved = {}
+for arch in ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"):
+    cls = ModelRegistry._try_load_model_cls(arch)
+    resolved[arch] = cls.__module__
+started_up = None
+if DRAFT_FOLDERS:
+    from vllm.engine.arg_utils import EngineArgs
+    built = EngineArgs(model=DRAFT_FOLDERS[0], max_model_len=256, speculative_config={
+        "method": "eagle3", "model": DRAFT_FOLDERS[1], "num_speculative_tokens": 3}
+        ).create_engine_config()
+    started_up = built.speculative_config.draft_model_config.hf_config.architectures
 from vllm.transformers_utils.config import _CONFIG_REGISTRY
 from vllm.transformers_utils.model_arch_config_convertor import (
     ModelArchConfigConvertorBase as C)
@@ -137,8 +153,11 @@ print(json.dumps({
     "kimi_class": _CONFIG_REGISTRY["kimi_k2"].__module__,
     "mla_wrapped": hasattr(C.is_deepseek_mla, "__wrapped__"),
     "override_replaced": vars(SpeculativeConfig)["hf_config_override"] is not override,
-    "model_modules_imported": (not imported_before
-                               and "vllm.model_executor.models.llama_eagle3" in sys.modules),
+    "model_modules_imported": imported_by_register,
+    "contract": contract,
+    "contract_imported": contract_imported,
+    "resolved": resolved,
+    "started_up": started_up,
     "seconds": seconds,
 }))
 """
@@ -151,9 +170,16 @@ vllm_compat.DRAFT_BUILDS_ON = tuple(
 """
 
 
-def register_as(reported: str, moved: str = "", env: dict | None = None) -> dict:
-    result = run_python(UNCHECKED.replace("REPORTED", repr(reported)).replace("MOVED", moved),
-                        env={"VLLM_PLUGINS": "", **(env or {})})
+ENTRY = "vllm_kimi_eagle.draft_class_entry"
+IN_TREE = "vllm.model_executor.models.deepseek_eagle3"
+
+
+def register_as(reported: str, moved: str = "", env: dict | None = None,
+                draft: tuple[str, str] | None = None) -> dict:
+    """register() as vLLM ``reported``, then the class vLLM resolves the draft
+    architectures to; with ``draft`` (target, draft folders), the speculative config too."""
+    result = run_python(UNCHECKED.replace("REPORTED", repr(reported)).replace("MOVED", moved)
+                        .replace("DRAFT_FOLDERS", repr(draft)), env={"VLLM_PLUGINS": "", **(env or {})})
     print(f"\nregister() as vLLM {reported}: {result['seconds']:.2f} s; log: {result['log']}")
     assert not [m for level, m in result["log"] if level == "ERROR"], result["log"]
     # The config fixes stay, whichever class serves.
@@ -162,41 +188,59 @@ def register_as(reported: str, moved: str = "", env: dict | None = None) -> dict
     return result
 
 
-def test_a_moved_signature_on_an_unchecked_release_keeps_vllms_class_and_the_fixes():
-    result = register_as("0.34.0", MOVE_INPUT_SIZE)
-    assert set(result["classes"].values()) == {"vllm.model_executor.models.deepseek_eagle3"}
-    assert result["hooked"] == [False]  # the hook as with VLLM_KIMI_EAGLE_DRAFT=upstream
-    assert result["override_replaced"] is False
-    [moved] = [m for level, m in result["log"] if level == "WARNING" and "moved" in m]
+def test_a_moved_signature_on_an_unchecked_release_keeps_vllms_class_and_the_fixes(tiny):
+    """register() reads no contract (it imports no model code in any process); where a
+    draft is built, the contract is read and vLLM's class serves, the fixes kept."""
+    import os
+
+    result = register_as("0.34.0", MOVE_INPUT_SIZE,
+                         draft=(os.path.join(tiny, "target"), os.path.join(tiny, "draft")))
+    assert set(result["classes"].values()) == {ENTRY}
+    assert result["model_modules_imported"] is False
+    assert set(result["resolved"].values()) == {IN_TREE}
+    assert result["hooked"] == [True] and result["override_replaced"] is True
+    assert any("DeepseekV2MLAAttention takes no parameter 'input_width'" in problem
+               for problem in result["contract"])
+    [moved] = [m for level, m in result["log"] if level == "WARNING" and "moved" in m
+               and m.startswith("vllm-kimi-eagle: vLLM 0.34.0")]
     assert ("vllm.model_executor.models.deepseek_v2.DeepseekV2MLAAttention takes no "
             "parameter 'input_width'") in moved
-    assert "VLLM_KIMI_EAGLE_DRAFT=upstream" in moved and "vLLM 0.34.0" in moved
+    assert "VLLM_KIMI_EAGLE_DRAFT=upstream" in moved
     [loaded] = [m for _, m in result["log"] if m.startswith("vllm-kimi-eagle 0.1.0 loaded")]
-    assert "MLA EAGLE3 drafts served by vLLM's in-tree class (what the plugin's class " \
-           "builds on moved)" in loaded
+    assert "served by its draft class where it can serve them, by vLLM's otherwise" in loaded
+    # At start-up the draft goes to vLLM's class by name, with one line saying why.
+    assert result["started_up"] == ["Eagle3DeepseekV2ForCausalLMInTree"]
+    [line] = [m for m in result["_log"].splitlines()  # vLLM's handler: the hook's line
+              if "is served by vLLM's in-tree draft class" in m and not m.startswith("{")]
+    assert "what the plugin's class builds on moved in this vLLM" in line
 
 
 @pytest.mark.parametrize("reported", ["0.34.0rc1", "dev"])
 def test_an_unchecked_release_whose_contract_holds_gets_the_plugins_class(reported):
     result = register_as(reported)
-    assert set(result["classes"].values()) == {"vllm_kimi_eagle.draft_model"}
+    assert set(result["classes"].values()) == {ENTRY}
+    assert set(result["resolved"].values()) == {"vllm_kimi_eagle.draft_model"}
     assert result["hooked"] == [True] and result["override_replaced"] is True
-    assert result["model_modules_imported"] is True  # the contract was read
+    assert result["model_modules_imported"] is False  # register() read no contract
+    assert result["contract"] == [] and result["contract_imported"] is True
     warnings = [m for level, m in result["log"] if level == "WARNING"]
     assert len(warnings) == 1 and "replaces vLLM's only where" in warnings[0], warnings
 
 
 def test_an_older_unchecked_minor_with_the_override_is_judged_as_a_newer_one():
     result = register_as("0.25.1", MOVE_INPUT_SIZE, {"VLLM_KIMI_EAGLE_UNCHECKED_RELEASE": "1"})
-    assert set(result["classes"].values()) == {"vllm.model_executor.models.deepseek_eagle3"}
-    assert result["hooked"] == [False]
+    assert set(result["classes"].values()) == {ENTRY}
+    assert set(result["resolved"].values()) == {IN_TREE}
+    assert result["contract"]
     assert "VLLM_KIMI_EAGLE_UNCHECKED_RELEASE lets it act" in result["log"][0][1]
 
 
 @pytest.mark.parametrize("reported", ["0.32.1", "0.33.0rc1"])
 def test_a_release_of_a_checked_minor_acts_in_full_without_reading_the_contract(reported):
     result = register_as(reported)
-    assert set(result["classes"].values()) == {"vllm_kimi_eagle.draft_model"}
+    assert set(result["classes"].values()) == {ENTRY}
+    assert set(result["resolved"].values()) == {"vllm_kimi_eagle.draft_model"}
     assert result["hooked"] == [True]
     assert result["model_modules_imported"] is False
+    assert result["contract"] == [] and result["contract_imported"] is False
     assert not [m for level, m in result["log"] if level == "WARNING"], result["log"]

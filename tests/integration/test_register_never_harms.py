@@ -91,7 +91,8 @@ def test_unreadable_variables_are_error_lines_and_defaults():
                  "VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA='ten thousand'"):
         assert any(name in e and "it is ignored" in e for e in errors), name
     # The defaults: the plugin's class serves; the switch that was readable is off.
-    assert result["after"]["draft class Eagle3DeepseekV2ForCausalLM"] == "vllm_kimi_eagle.draft_model"
+    assert result["after"]["draft class Eagle3DeepseekV2ForCausalLM"] == \
+        "vllm_kimi_eagle.draft_class_entry"
     assert result["after"]["cpu mla builder"] == result["before"]["cpu mla builder"]
 
 

@@ -172,7 +172,7 @@ def test_a_rope_type_is_refused_where_it_will_be_rotated_as_served(environ, ours
                                 "mla_use_nope": True}), "d/config.json")
     report = draft_report(config, None, target_layers=6, target_hidden=None,
                           target_vocab=None, can_capture_after_last=True, environ=environ,
-                          ours=ours)
+                          asked="plugin" if ours else "upstream")
     assert (report.config_error is not None) is refused
     if refused:
         assert "'rope_scaling.type' is 'linear'" in str(report.config_error)

@@ -8,6 +8,7 @@ import torch
 
 import json
 import os
+import re
 
 from tests.records import spec_from_config
 from vllm_kimi_eagle import checkpoint
@@ -19,7 +20,14 @@ from vllm_kimi_eagle.draft_spec import (
 )
 from vllm_kimi_eagle.fixtures import variants
 from vllm_kimi_eagle.fixtures.quantized import SCHEMES, block_fp8, int8_per_channel
-from vllm_kimi_eagle.quantization import Quantization, serving_problem
+from vllm_kimi_eagle.quantization import (
+    OTHER,
+    Quantization,
+    QuantizationConfigError,
+    require_plugin_loads,
+    scheme_words,
+    serving_problem,
+)
 
 
 def config(quantization_config=None):
@@ -43,10 +51,14 @@ def test_schemes_read_from_the_config():
     {"quant_method": "fp8", "weight_block_size": [128, 128], "activation_scheme": "static"},
     {**SCHEMES["int8-channel"](None), "config_groups": {}},
 ], ids=["awq", "fp8-per-tensor", "fp8-static", "compressed-tensors-other"])
-def test_a_scheme_the_plugin_does_not_check_is_refused_by_name(raw):
-    with pytest.raises(DraftConfigError, match="which the plugin.s draft class does not serve"
-                                               ".*VLLM_KIMI_EAGLE_DRAFT=upstream"):
-        spec_from_config(config(raw), source="draft/config.json")
+def test_a_scheme_the_plugin_does_not_check_is_left_to_vllm_by_name(raw):
+    found = spec_from_config(config(raw), source="draft/config.json").quantization
+    assert found.scheme == OTHER and not found.loads_in_plugin_class
+    assert found.words == f"{scheme_words(raw)} (read from quantization_config)"
+    assert found.weight_dtype is None  # no dtype rule: vLLM's class loads it
+    with pytest.raises(QuantizationConfigError, match="does not load.*"
+                                                      "VLLM_KIMI_EAGLE_DRAFT=upstream"):
+        require_plugin_loads(found, "draft/config.json")
 
 
 # quantization_config as real exporters write it (compressed-tensors 0.6-0.17, ModelOpt
@@ -76,18 +88,17 @@ def test_the_record_accepts_every_quantization_config_real_exporters_write(expor
 
 
 @pytest.mark.parametrize("export", EXPORTS, ids=[e["name"] for e in EXPORTS])
-def test_the_plugins_class_serves_its_schemes_and_names_the_switch_for_the_others(export):
+def test_the_plugins_class_loads_its_schemes_and_names_the_others(export):
     name = export["name"]
+    found = spec_from_config(_written(export), "d/config.json").quantization
     if name in SERVED_BY_THE_PLUGIN:
-        assert spec_from_config(_written(export)).quantization == SERVED_BY_THE_PLUGIN[name]
+        assert found == SERVED_BY_THE_PLUGIN[name] and found.loads_in_plugin_class
         return
-    with pytest.raises(DraftConfigError) as err:
-        spec_from_config(_written(export), "d/config.json")
-    message = str(err.value)
-    assert message.startswith(f"d/config.json: {export['config_key'].replace(QUANT_FILE, 'quantization_config')} is ")
-    assert "VLLM_KIMI_EAGLE_DRAFT=upstream" in message
+    assert not found.loads_in_plugin_class
+    key = export["config_key"].replace(QUANT_FILE, "quantization_config")
+    assert found.words.endswith(f"(read from {key})")
     method = export["quantization_config"].get("quant_method", "ModelOpt")
-    assert ("ModelOpt" if export["exporter"] == "modelopt" else method) in message
+    assert ("ModelOpt" if export["exporter"] == "modelopt" else method) in found.words
 
 
 def test_the_scheme_is_named_in_words():
@@ -120,9 +131,7 @@ def test_compression_config_and_hf_quant_config_are_read_where_vllm_reads_them(t
     record = read_draft_config(str(tmp_path))
     assert record.quantization_from == QUANT_FILE
     assert record.quantization_config == modelopt["quantization_config"]
-    with pytest.raises(DraftConfigError, match=f"^{tmp_path / 'config.json'}: {QUANT_FILE} is "
-                                               "ModelOpt FP8, "):
-        spec_from_config(record)
+    assert spec_from_config(record).quantization.words == f"ModelOpt FP8 (read from {QUANT_FILE})"
     (tmp_path / QUANT_FILE).write_text("{")
     with pytest.raises(DraftConfigError, match=f"{QUANT_FILE}: not valid JSON"):
         read_draft_config(str(tmp_path))
@@ -250,17 +259,19 @@ def test_the_block_and_the_method_are_read_as_written(raw, found):
     {"weights": {"type": "int", "num_bits": 8, "strategy": "channel", "symmetric": False},
      "input_activations": {"dynamic": True}},
 ], ids=["4-bit", "per-tensor", "float", "static", "no-activations", "no-weights", "asymmetric"])
-def test_other_compressed_tensors_schemes_are_refused(group):
+def test_other_compressed_tensors_schemes_are_left_to_vllm(group):
     raw = {"quant_method": "compressed-tensors", "config_groups": {"group_0": group}}
-    with pytest.raises(DraftConfigError, match="quantization_config is compressed-tensors \\(group_0: "):
-        spec_from_config(config(raw), source="draft/config.json")
+    found = spec_from_config(config(raw), source="draft/config.json").quantization
+    assert not found.loads_in_plugin_class
+    assert found.words.startswith("compressed-tensors (group_0: ")
 
 
-def test_two_groups_are_refused():
+def test_two_groups_are_left_to_vllm():
     group = SCHEMES["int8-channel"](None)["config_groups"]["group_0"]
     raw = {"quant_method": "compressed-tensors", "config_groups": {"a": group, "b": group}}
-    with pytest.raises(DraftConfigError, match="compressed-tensors \\(a: .*; b: .*does not serve"):
-        spec_from_config(config(raw))
+    found = spec_from_config(config(raw)).quantization
+    assert not found.loads_in_plugin_class
+    assert re.match("compressed-tensors \\(a: .*; b: ", found.words)
 
 
 def test_the_scheme_is_named_whatever_the_spelling_of_its_method():

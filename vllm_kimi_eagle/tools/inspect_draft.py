@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from vllm_kimi_eagle import checkpoint, rope_override, settings, vllm_compat
+from vllm_kimi_eagle import checkpoint, release_gate, rope_override, settings, vllm_compat
+from vllm_kimi_eagle.draft_class import Needs, in_tree_gaps
 from vllm_kimi_eagle.architectures import draft_choice
 from vllm_kimi_eagle.tools.config_access import text_config_value
 from vllm_kimi_eagle.draft_config import DraftConfigError, load_config_json, parse_draft_config
-from vllm_kimi_eagle.draft_positions import NOPE_KEY
 from vllm_kimi_eagle.draft_report import draft_report
 from vllm_kimi_eagle.draft_source import draft_headers, is_local
 from vllm_kimi_eagle.draft_spec import canonical_name
@@ -121,10 +121,14 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
         config, tensors,
         target_layers=layers, target_hidden=hidden, target_vocab=vocab,
         can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
-        header_error=header_error, environ=environ,
-        ours=draft_choice(environ) == "plugin",
+        header_error=header_error, environ=environ, asked=draft_choice(environ),
+        contract=release_gate.contract_problems_here(),
     )
     report["problems"] += found.problems
+    report["notes"] = found.notes
+    report["served_by"] = {"class": "plugin" if found.choice.ours else "vllm",
+                           "why": found.choice.why,
+                           "refused": found.choice.refusal is not None}
     asked = rope_override.requested_rope_theta(environ)
     report["rope_theta"] = {"config": config.config_rope_theta, "served": found.rope_theta,
                             "override": asked is not None}
@@ -137,7 +141,8 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
         report["draft_vocab_size"] = spec.draft_vocab_size
         report["num_aux_hidden_states"] = spec.num_aux
         report["attention"] = attention_facts(found)
-        report["in_tree_class"] = in_tree_gaps(found)
+        report["in_tree_class"] = in_tree_gaps(Needs(config, found.positions,
+                                                     tuple(tensors or ())))
     decision = found.decision
     report["convention"] = decision.convention if decision else None
     report["capture_ids"] = decision.capture_ids if decision else None
@@ -158,19 +163,9 @@ def attention_facts(found) -> dict:
             "positions_reason": positions.reason, "positions_ambiguous": positions.ambiguous,
             "positions_line": positions.log_line(), "output_gate": spec.output_gate,
             "hidden_norm": spec.hidden_norm, "final_norm": spec.final_norm,
-            "quantization": spec.quantization.scheme if spec.quantization else None}
-
-
-def in_tree_gaps(found) -> list[str]:
-    """What vLLM's in-tree MLA draft class (VLLM_KIMI_EAGLE_DRAFT=upstream) would do wrong
-    with this draft, as measured on the tiny drafts (docs/checkpoints.md, Kimi-K3 drafts)."""
-    gaps = []
-    if found.positions.nope:
-        gaps.append(f"ignores {NOPE_KEY}: rotates the rope dims the draft was trained "
-                    "without, a silent acceptance loss")
-    if found.spec.output_gate:
-        gaps.append("has no output gate (g_proj): refuses to load the checkpoint")
-    return gaps
+            "quantization": spec.quantization and (
+                spec.quantization.scheme if spec.quantization.loads_in_plugin_class
+                else spec.quantization.words)}
 
 
 def format_report(report: dict) -> str:
@@ -210,6 +205,10 @@ def format_report(report: dict) -> str:
                         if attention["quantization"] else ""))
         if attention["positions_ambiguous"]:
             lines.append("AMBIGUOUS     " + attention["positions_line"].split("AMBIGUOUS: ")[1])
+    served = report["served_by"]
+    who = "the plugin's draft class" if served["class"] == "plugin" else "vLLM's in-tree class"
+    lines.append(f"served by     {'(refused) ' if served['refused'] else ''}{who}: "
+                 f"{served['why']}")
     for gap in report.get("in_tree_class", ()):
         lines.append(f"vLLM's class  {gap}")
     if report.get("draft_vocab_size"):
@@ -227,6 +226,8 @@ def format_report(report: dict) -> str:
         if report["ambiguous"]:
             lines.append("AMBIGUOUS     " + ambiguity_advice(
                 report["convention"], report["ambiguous_capture_ids"]))
+    lines += [f"note          {note} (vLLM's class reads the config its own way)"
+              for note in report.get("notes", ())]
     if report["problems"]:
         lines.append(f"PROBLEMS ({len(report['problems'])}):")
         lines += [f"  - {p}" for p in report["problems"]]
