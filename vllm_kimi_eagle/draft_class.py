@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from vllm_kimi_eagle import settings
 from vllm_kimi_eagle.draft_config import DraftConfig
 from vllm_kimi_eagle.draft_positions import NOPE_ENV, NOPE_KEY, PositionDecision
+from vllm_kimi_eagle.draft_spec import MLA_ROPE_TYPES
 from vllm_kimi_eagle.quantization import CHECKED, Quantization
 
 
@@ -45,6 +46,8 @@ IN_TREE_GAPS: tuple[tuple[str, Callable[[Needs], bool], str], ...] = (
      "it always applies the final norm, which this draft was trained without"),
     ("use_aux_norm", lambda n: bool(n.config.use_aux_norm) and n.config.fc_norm is None,
      "it reads fc_norm only, so it would not apply the fc norms this draft was trained with"),
+    ("the rope type", lambda n: n.config.rope.kind not in MLA_ROPE_TYPES,
+     "its MLA attention serves every rope type but default and yarn as DeepSeek YaRN"),
     ("tensor names", lambda n: any(name.startswith("model.") for name in n.tensor_names),
      "its loader puts 'model.' before every name again and cannot load a checkpoint "
      "written under 'model.'"),
