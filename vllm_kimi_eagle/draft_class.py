@@ -89,13 +89,28 @@ def _why_not_ours(quantization: Quantization | None, contract: Iterable[str]) ->
     return None
 
 
+OFF = "off"  # the plugin does not act in the process: vLLM's class, as without it
+
+
+def asked_class(environ, verdict_act: bool) -> str:
+    """The class asked for where a draft is served: VLLM_KIMI_EAGLE_DRAFT ("plugin" or
+    "upstream"), or OFF where the plugin is off (VLLM_KIMI_EAGLE=0) or leaves this vLLM
+    release alone (``verdict_act``: vllm_compat.support_verdict's ``act``)."""
+    if not (settings.value(settings.PLUGIN, environ) and verdict_act):
+        return OFF
+    return settings.value(settings.DRAFT, environ)
+
+
 def choose_class(asked: str, needs: Needs, quantization: Quantization | None,
                  contract: Iterable[str] = ()) -> ClassChoice:
-    """Which class serves the draft. ``asked``: VLLM_KIMI_EAGLE_DRAFT ("plugin" or
-    "upstream"); ``contract``: where this vLLM breaks what the plugin's class builds on
-    (empty where it holds or was not checked)."""
+    """Which class serves the draft. ``asked``: ``asked_class``; ``contract``: where this
+    vLLM breaks what the plugin's class builds on (empty where it holds or was not
+    checked)."""
     if needs.config.kv_lora_rank is None:
         return ClassChoice(False, "not an MLA draft: vLLM serves it with its own class")
+    if asked == OFF:
+        return ClassChoice(False, f"the plugin does not act ({settings.PLUGIN.name}=0, or a "
+                           "vLLM release it leaves alone): vLLM serves the draft as without it")
     if asked == "upstream":
         return ClassChoice(False, f"{settings.DRAFT.name}=upstream")
     why_not = _why_not_ours(quantization, contract)

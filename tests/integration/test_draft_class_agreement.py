@@ -71,9 +71,14 @@ print(json.dumps({{"results": results}}))
 PLUGIN_REFUSALS = ("DraftRefusedError", "PluginHookError")
 
 
-@pytest.mark.parametrize("asked", ["plugin", "upstream"])
+SWITCHES = {"plugin": {"VLLM_KIMI_EAGLE_DRAFT": "plugin"},
+            "upstream": {"VLLM_KIMI_EAGLE_DRAFT": "upstream"},
+            "off": {"VLLM_KIMI_EAGLE": "0"}}
+
+
+@pytest.mark.parametrize("asked", list(SWITCHES))
 def test_start_up_and_inspect_decide_the_same_class(tiny, tmp_path, asked):
-    env = {"VLLM_KIMI_EAGLE_DRAFT": asked}
+    env = SWITCHES[asked]
     result = run_python(PROBE.format(tiny=tiny, work=str(tmp_path), data=DATA,
                                      nope_values=NOPE_VALUES), env=env, timeout=900)
     runs = result["results"]
@@ -105,7 +110,7 @@ def test_start_up_and_inspect_decide_the_same_class(tiny, tmp_path, asked):
         else:
             assert asked == "plugin" and run["architectures"] != [IN_TREE_ALIAS], (where, run)
             served["plugin"] += 1
-    print(f"\nVLLM_KIMI_EAGLE_DRAFT={asked}: {served}")
+    print(f"\n{env}: {served}")
     if asked == "plugin":
         # the unquantized draft, hand-offs, NoPE refusals
         assert served["plugin"] == 2 and served["vllm"] > 0 and served["refused"] > 0

@@ -127,3 +127,23 @@ def test_a_llama_draft_is_never_the_plugins():
            "vocab_size": 512, "num_hidden_layers": 1}
     found = report(raw)
     assert not found.choice.ours and found.choice.refusal is None
+
+
+@pytest.mark.parametrize("environ,act,asked", [
+    ({}, True, "plugin"),
+    ({"VLLM_KIMI_EAGLE_DRAFT": "upstream"}, True, "upstream"),
+    ({"VLLM_KIMI_EAGLE": "0"}, True, "off"),
+    ({}, False, "off"),  # a vLLM release the plugin leaves alone
+    ({"VLLM_KIMI_EAGLE_DRAFT": "sideways"}, True, "plugin"),  # unreadable: the default
+])
+def test_the_class_asked_for_follows_every_switch(environ, act, asked):
+    from vllm_kimi_eagle.draft_class import asked_class
+
+    assert asked_class(environ, act) == asked
+
+
+def test_where_the_plugin_does_not_act_vllms_class_serves_and_nothing_is_refused():
+    found = report(config({"mla_use_nope": True} | OTHER), asked="off")
+    assert (found.choice.ours, found.choice.refusal) == (False, None)
+    assert found.choice.why.startswith("the plugin does not act (VLLM_KIMI_EAGLE=0")
+    assert found.problems == []

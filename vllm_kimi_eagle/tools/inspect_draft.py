@@ -13,8 +13,7 @@ import os
 from collections import Counter
 
 from vllm_kimi_eagle import checkpoint, release_gate, rope_override, settings, vllm_compat
-from vllm_kimi_eagle.draft_class import Needs, in_tree_gaps
-from vllm_kimi_eagle.architectures import draft_choice
+from vllm_kimi_eagle.draft_class import Needs, asked_class, in_tree_gaps
 from vllm_kimi_eagle.tools.config_access import text_config_value
 from vllm_kimi_eagle.draft_config import DraftConfigError, load_config_json, parse_draft_config
 from vllm_kimi_eagle.draft_report import draft_report
@@ -100,6 +99,8 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
         report["problems"].append(str(err))
         report["config_error"] = str(err)
         return report
+    verdict = vllm_compat.support_verdict(vllm_compat.installed_vllm_version_text(),
+                                          settings.value(settings.UNCHECKED_RELEASE, environ))
     facts, target_problems = target_facts(target_config, target)
     report["problems"] += target_problems
     report.update({
@@ -121,7 +122,7 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
         config, tensors,
         target_layers=layers, target_hidden=hidden, target_vocab=vocab,
         can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
-        header_error=header_error, environ=environ, asked=draft_choice(environ),
+        header_error=header_error, environ=environ, asked=asked_class(environ, verdict.act),
         contract=release_gate.contract_problems_here(),
     )
     report["problems"] += found.problems
