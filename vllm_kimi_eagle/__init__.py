@@ -61,10 +61,9 @@ def register() -> None:
 
 def _install() -> list[str]:
     """Install what this vLLM release needs; what was changed, in words (the load line)."""
-    from vllm_kimi_eagle import settings, vllm_compat
+    from vllm_kimi_eagle import release_gate, settings
 
-    reported = vllm_compat.installed_vllm_version_text()
-    verdict = vllm_compat.support_verdict(reported, settings.value(settings.UNCHECKED_RELEASE))
+    verdict = release_gate.installed_verdict()
     if verdict.message:
         logger.log(verdict.level, verdict.message)
     if not verdict.act:

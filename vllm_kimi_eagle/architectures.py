@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import os
 
-from vllm_kimi_eagle import settings, vllm_compat
+from vllm_kimi_eagle import draft_class_entry, settings, vllm_compat
 
 DRAFT_ENV = settings.DRAFT.name
 # Draft architectures served by this plugin, and the class that serves them.
 # A lazy name (draft_class_entry.py): the plugin's class, or vLLM's where a vLLM minor the
 # plugin was not checked on breaks what the plugin's class builds on.
-DRAFT_CLASS = "vllm_kimi_eagle.draft_class_entry:Eagle3DeepseekV2ForCausalLM"
+DRAFT_CLASS = draft_class_entry.ENTRY
 # vLLM's own MLA draft class, under a name of its own: the speculative hook gives a draft
 # this name where vLLM's class serves it (draft_class.py).
 IN_TREE_CLASS = ":".join(vllm_compat.IN_TREE_MLA_DRAFT)

@@ -38,9 +38,6 @@ class Quantization:
     def weight_dtype(self) -> str | None:
         return SCHEMES[self.scheme]["weight_dtype"] if self.loads_in_plugin_class else None
 
-    def describe(self) -> str:
-        return SCHEMES[self.scheme]["words"] if self.loads_in_plugin_class else self.words
-
 
 # The schemes the plugin checks and serves: their weights' dtype, in words. Each was
 # served here side by side with vLLM's in-tree class (docs/checkpoints.md).

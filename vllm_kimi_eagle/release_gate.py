@@ -20,6 +20,7 @@ import functools
 import importlib
 import inspect
 import logging
+import os
 import time
 from collections.abc import Iterable
 
@@ -147,12 +148,18 @@ def contract_problems() -> list[str]:
     return problems
 
 
+def installed_verdict(environ=os.environ) -> vllm_compat.Verdict:
+    """What the plugin does on the installed vLLM (``vllm_compat.support_verdict``), with
+    VLLM_KIMI_EAGLE_UNCHECKED_RELEASE as ``environ`` sets it."""
+    return vllm_compat.support_verdict(vllm_compat.installed_vllm_version_text(),
+                                       settings.value(settings.UNCHECKED_RELEASE, environ))
+
+
 @functools.cache
 def contract_problems_here() -> tuple[str, ...]:
     """``contract_problems`` where this vLLM is one the plugin was not checked on (empty on
     a checked minor: nothing is read there), read once per process."""
-    verdict = vllm_compat.support_verdict(vllm_compat.installed_vllm_version_text(),
-                                          settings.value(settings.UNCHECKED_RELEASE))
+    verdict = installed_verdict()
     if not (verdict.act and verdict.check_contract):
         return ()
     return tuple(contract_problems())

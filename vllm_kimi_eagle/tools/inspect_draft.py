@@ -99,8 +99,7 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
         report["problems"].append(str(err))
         report["config_error"] = str(err)
         return report
-    verdict = vllm_compat.support_verdict(vllm_compat.installed_vllm_version_text(),
-                                          settings.value(settings.UNCHECKED_RELEASE, environ))
+    verdict = release_gate.installed_verdict(environ)
     facts, target_problems = target_facts(target_config, target)
     report["problems"] += target_problems
     report.update({
