@@ -21,6 +21,7 @@ import pytest
 
 from tests import preloaded_vllm
 from vllm_kimi_eagle.fixtures import corpus, variants
+from vllm_kimi_eagle.fixtures.offline import SUITE_PROMPTS, SUITE_SEED
 from vllm_kimi_eagle.fixtures.tokenizer import write_tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -254,7 +255,8 @@ def run_forked(command: list[str], log_path: str, env: dict, timeout: float) -> 
 
 
 # ---- engines on the tiny models, shared by every test module of the session ----------
-PROMPTS = corpus.demo_prompts(8)
+# The suite's prompts; the builder checks its margins on them too (fixtures/margins.py).
+PROMPTS = corpus.demo_prompts(SUITE_PROMPTS, seed=SUITE_SEED)
 MAX_TOKENS = 64
 NO_PLUGIN = {"VLLM_PLUGINS": ""}
 # vLLM alone in float32 asks for CPU_MLA for the target and an MLA draft, as a user must on

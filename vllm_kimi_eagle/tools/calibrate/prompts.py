@@ -63,8 +63,9 @@ def default_prompts(target: str, count: int) -> tuple[list[dict], str]:
     """(prompts, where they come from) when the user gives no file."""
     if is_tiny_target(target):
         from vllm_kimi_eagle.fixtures import corpus
+        from vllm_kimi_eagle.fixtures.offline import CALIBRATE_SEED
 
         chats = [{"messages": [{"role": "user", "content": p}]}
-                 for p in corpus.demo_prompts(count, seed=4321)]
+                 for p in corpus.demo_prompts(count, seed=CALIBRATE_SEED)]
         return chats, "the tiny corpus (held-out instructions)"
     return read_prompts(BUILT_IN)[:count], f"the built-in mix ({BUILT_IN})"
