@@ -19,6 +19,7 @@ from vllm_kimi_eagle.fixtures.cache import (
     is_built,
 )
 from vllm_kimi_eagle.fixtures.k25 import write_k25_target
+from vllm_kimi_eagle.fixtures.margins import summary_line
 
 # Why the engine tests of this run must fail instead of running (see below).
 ENGINE_FAILURE = pytest.StashKey[str]()
@@ -85,7 +86,8 @@ def tiny_models_line(folder: str) -> str:
     return (f"tiny models: {folder}, builder v{built.get('builder_version')}, seed "
             f"{built.get('seed')}, content hash {built.get('content_hash')}, numerics {pinned} "
             f"(torch {numerics.get('torch')}, transformers {numerics.get('transformers')}, "
-            f"built on {numerics.get('cpu', 'an unrecorded CPU')})")
+            f"built on {numerics.get('cpu', 'an unrecorded CPU')}); margins (acceptance a "
+            f"draft served wrong loses): {summary_line(built.get('margins', {})) or 'none recorded'}")
 
 
 def pytest_unconfigure(config):

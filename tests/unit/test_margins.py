@@ -1,0 +1,125 @@
+"""The margins a build of the tiny models promises (fixtures/margins.py), without building
+one: which figures break a promise, the words of the failure, the NoPE draft served as
+vLLM's in-tree class serves it, and the calibrate tests' prompt count."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vllm_kimi_eagle.fixtures import margins
+from vllm_kimi_eagle.fixtures.variants import MLA_DIMS, ROPE
+
+
+def figures(cost_calibrate: float, cost_suite: float, needed: int | None = 10,
+            minimum: float = 0.05, decided_on=(margins.CALIBRATE, margins.SUITE)) -> dict:
+    def side(cost):
+        return {"right": 2.6, "wrong": round(2.6 - cost, 4), "cost": cost, "prompts": 16,
+                "prompts_to_decide": needed}
+    return {"what": "every capture id one layer late", "minimum": minimum,
+            "decided_on": list(decided_on),
+            margins.CALIBRATE: side(cost_calibrate), margins.SUITE: side(cost_suite),
+            "cost": min(cost_calibrate, cost_suite), "prompts_to_decide": needed}
+
+
+def test_a_build_that_keeps_every_promise_passes():
+    assert margins.problems({"late": figures(0.3, 0.2)}, base_acceptance=2.6) == []
+    margins.check({"late": figures(0.3, 0.2)}, 2.6, "some CPU", 1, "/nowhere")
+
+
+@pytest.mark.parametrize("cost_calibrate, cost_suite, where", [
+    (0.01, 0.3, "calibrate_prompts"), (0.3, 0.04, "suite_prompts")])
+def test_a_margin_below_its_minimum_on_either_prompt_set_fails(cost_calibrate, cost_suite,
+                                                                where):
+    (line,) = margins.problems({"late": figures(cost_calibrate, cost_suite)}, 2.6)
+    assert line.startswith("late: every capture id one layer late costs") and where in line
+    assert "below the minimum 0.05" in line
+
+
+def test_a_margin_counts_only_on_the_prompts_its_tests_decide_on():
+    weak_on_suite = figures(0.3, 0.01, decided_on=(margins.CALIBRATE,))
+    assert margins.problems({"late": weak_on_suite}, 2.6) == []
+    undecidable = figures(0.3, 0.3, needed=None, decided_on=(margins.SUITE,))
+    assert margins.problems({"late": undecidable}, 2.6) == []
+
+
+@pytest.mark.parametrize("needed", [None, margins.MOST_PROMPTS_TO_DECIDE + 1])
+def test_a_margin_too_noisy_to_decide_fails(needed):
+    (line,) = margins.problems({"late": figures(0.3, 0.3, needed=needed)}, 2.6)
+    assert f"more than {margins.MOST_PROMPTS_TO_DECIDE}" in line
+
+
+@pytest.mark.parametrize("acceptance", [margins.REALISTIC[0] - 0.01, margins.REALISTIC[1] + 0.01])
+def test_a_base_draft_stronger_or_weaker_than_real_drafts_fails(acceptance):
+    (line,) = margins.problems({}, acceptance)
+    assert "outside [2.3, 3.4]" in line
+
+
+def test_the_failure_names_the_margin_the_cpu_the_seed_and_the_file():
+    with pytest.raises(margins.WeakBuild) as caught:
+        margins.check({"late": figures(0.01, 0.3)}, 2.6, "GenuineIntel, Xeon", 7, "/b/tiny")
+    words = str(caught.value)
+    for part in ("GenuineIntel, Xeon", "seed 7", "late: every capture id", "0.010",
+                 "/b/tiny/BUILT.json", "--seed N"):
+        assert part in words, part
+
+
+def test_every_margin_reads_a_trained_draft_and_says_what_it_does():
+    from vllm_kimi_eagle.fixtures.variants import TRAINED
+
+    for margin in margins.MARGINS:
+        assert margin.draft in TRAINED and margin.minimum > 0
+        assert set(margin.decided_on) <= {margins.CALIBRATE, margins.SUITE} and margin.decided_on
+        assert (margin.capture is not None) + margin.zeroed + margin.rope == 1, margin
+        if margin.rope:
+            assert dict(TRAINED[margin.draft].config).get("mla_use_nope"), margin
+
+
+def test_a_nope_draft_served_with_rope_computes_another_draft_and_comes_back():
+    from vllm_kimi_eagle.draft_config import parse_draft_config
+    from vllm_kimi_eagle.draft_spec import spec_from_config
+    from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
+    from vllm_kimi_eagle.fixtures.variants import DraftVariant, draft_config
+
+    config = draft_config(DraftVariant("draft-k3-nope", trained="eagle3-k3-nope"))
+    spec = spec_from_config(parse_draft_config(config))
+    torch.manual_seed(0)
+    draft = ReferenceDraft(spec, dict(ROPE)).eval()
+    tokens = torch.randint(0, 500, (1, 12))
+    states = torch.randn(1, 10, 3 * MLA_DIMS["hidden_size"])
+
+    def output():
+        with torch.no_grad():
+            (out, _), = draft.unroll(tokens[:, 1:11], draft.combine(states),
+                                     torch.arange(10)[None], 1)
+        return out
+
+    as_trained = output()
+    with margins.served_with_rope(draft):
+        rotated = output()
+    assert not torch.allclose(rotated[0, 1:], as_trained[0, 1:], atol=1e-4)
+    # The first position attends only to itself: a rotation changes nothing there but
+    # the softmax scale, which one key cannot feel.
+    torch.testing.assert_close(rotated[0, 0], as_trained[0, 0])
+    torch.testing.assert_close(output(), as_trained)  # the draft as trained again
+
+
+def test_the_captured_states_are_what_vllm_captures():
+    """Layer id n is the input of layer n; the id after the last layer, the last layer's
+    output before the final norm (transformers' last hidden state is normed)."""
+    from vllm_kimi_eagle.fixtures.offline import captured_states
+    from vllm_kimi_eagle.fixtures.target import target_model
+
+    torch.manual_seed(0)
+    target = target_model().eval()
+    ids = torch.randint(0, 300, (1, 9))
+    with torch.no_grad():
+        out = target(input_ids=ids, output_hidden_states=True)
+        logits, states = captured_states(target, ids)
+    layers = target.config.num_hidden_layers
+    assert len(states) == layers + 1
+    for n in range(layers):
+        torch.testing.assert_close(states[n], out.hidden_states[n])
+    assert not torch.allclose(states[layers], out.hidden_states[layers])
+    torch.testing.assert_close(target.model.norm(states[layers]), out.hidden_states[layers])
+    torch.testing.assert_close(logits, out.logits)
