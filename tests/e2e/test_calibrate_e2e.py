@@ -2,7 +2,8 @@
 every draft; each draft's known trained layers must be what calibrate recommends.
 
 The capture engine runs once (the first test), with helpers.engine's token budget and
-CALIBRATION_PROMPTS; every other calibration reuses it (--capture). One calibration confirms
+calibrate's own prompts for the tiny models, as many as this build's margins need
+(``calibration_prompts``); every other calibration reuses it (--capture). One calibration confirms
 online (two engines) and writes a calibrated copy, which a third engine serves.
 """
 
@@ -15,16 +16,36 @@ import shutil
 import pytest
 
 from tests.helpers import MAX_TOKENS, engine, place_in_hf_cache, run_cli, served
-from vllm_kimi_eagle.fixtures import corpus
+from vllm_kimi_eagle.fixtures.cache import build_summary
 from vllm_kimi_eagle.layer_ids import CONVENTION_KEY, IDS_KEY
 from vllm_kimi_eagle.tools.calibrate import cli
+from vllm_kimi_eagle.tools.calibrate.prompts import default_prompts
 
 pytestmark = pytest.mark.engine
 ALL_LAYERS = "1,2,3,4,5,6"
-# 16 prompts (calibrate's first round for the tiny models): neighbouring readings of the
-# base draft ([2, 3, 5] and [3, 4, 6]) are close, and 8 prompts did not tell them apart on
-# every machine's build.
-CALIBRATION_PROMPTS = corpus.demo_prompts(16)
+# The build's margins (BUILT.json, fixtures/margins.py) the verdicts here rest on: the
+# base draft read one layer late ([3, 4, 6] for [2, 3, 5]), the late draft one layer early
+# ([2, 3, 4] for [3, 4, 5]). The builder measured them on calibrate's own prompts for the
+# tiny models, which these tests use, twice as many as the margins need to be decided and
+# at least calibrate's first round.
+DECIDED_HERE = ("capture_one_layer_late", "late_capture_one_layer_early")
+FIRST_ROUND = cli.TINY_DEFAULTS["num_prompts"]
+
+
+def calibration_prompt_count(margins: dict) -> int:
+    needed = [margins[name]["prompts_to_decide"] for name in DECIDED_HERE]
+    assert None not in needed, f"a margin this file needs cannot be decided: {margins}"
+    return max(FIRST_ROUND, 2 * max(needed))
+
+
+@pytest.fixture(scope="module")
+def calibration_prompts(tiny) -> list[dict]:
+    count = calibration_prompt_count(build_summary(tiny)["margins"])
+    prompts, _ = default_prompts(os.path.join(tiny, "target"), count)
+    print(f"\n{count} calibration prompts (the build's margins: "
+          + ", ".join(f"{n} {build_summary(tiny)['margins'][n]['cost']}" for n in DECIDED_HERE)
+          + ")")
+    return prompts
 # Every tiny draft and training-tool export, with the layers it was trained on (the
 # inputs of these layers, vLLM's meaning).
 TRAINED_ON = {
@@ -38,19 +59,19 @@ TRAINED_ON = {
 
 
 @pytest.fixture(scope="module")
-def capture(tiny, tmp_path_factory):
+def capture(tiny, calibration_prompts, tmp_path_factory):
     """The capture folder and the prompts file every calibration here uses."""
     root = tmp_path_factory.mktemp("calibrate")
     prompts = root / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"messages": [{"role": "user", "content": p}]})
-                               + "\n" for p in CALIBRATION_PROMPTS))
-    return {"dir": str(root / "capture"), "prompts": str(prompts), "root": root}
+    prompts.write_text("".join(json.dumps(p) + "\n" for p in calibration_prompts))
+    return {"dir": str(root / "capture"), "prompts": str(prompts), "root": root,
+            "count": len(calibration_prompts)}
 
 
 def arguments(target: str, draft: str, capture, out: str) -> list[str]:
     """calibrate's arguments for one draft: the shared prompts, token budget and capture."""
     return ["--target", target, "--draft", draft, "--prompts", capture["prompts"],
-            "--max-tokens", str(MAX_TOKENS), "--capture", capture["dir"],
+            "--num-prompts", str(capture["count"]), "--max-tokens", str(MAX_TOKENS), "--capture", capture["dir"],
             "--capture-layers", ALL_LAYERS, "--out", out, "--json"]
 
 
@@ -121,7 +142,8 @@ def test_a_draft_whose_ids_cannot_tell_is_measured(tiny, capture, capsys):
     assert report["recommended"]["beats_current"] and code == cli.EXIT_RECOMMEND
 
 
-def test_a_wrong_explicit_convention_is_caught_confirmed_and_written(tiny, capture, capsys):
+def test_a_wrong_explicit_convention_is_caught_confirmed_and_written(tiny, capture,
+                                                                    calibration_prompts, capsys):
     """The base draft (trained on [2, 3, 5]) with an explicit but wrong "output-of": the
     plugin captures [3, 4, 6]. calibrate measures both, serves both, recommends [2, 3, 5];
     its --write copy serves at the acceptance it confirmed."""
@@ -144,7 +166,8 @@ def test_a_wrong_explicit_convention_is_caught_confirmed_and_written(tiny, captu
         "input-of"
     assert json.loads(open(os.path.join(draft, "config.json")).read())[CONVENTION_KEY] == \
         "output-of"  # the user's folder is untouched
-    result = served(engine(tiny, written, prompts=CALIBRATION_PROMPTS))
+    result = served(engine(tiny, written, prompts=[p["messages"][0]["content"]
+                                                   for p in calibration_prompts]))
     assert result["drafts"] > 0
     print(f"--write copy served: acceptance {result['acceptance_length']} "
           f"{result['acceptance_by_position']}; calibrate confirmed {rec['online']}")

@@ -20,10 +20,14 @@ from tests.helpers import (
     captured_engine,
     engine,
     max_diff,
+    reference_draft,
     reference_numerics,
     served,
+    served_sequences,
+    tiny_target,
 )
 from vllm_kimi_eagle.fixtures import variants
+from vllm_kimi_eagle.fixtures.offline import served_acceptance
 
 pytestmark = pytest.mark.engine
 
@@ -35,10 +39,12 @@ OWN_DRAFTS = list(variants.SEPARATELY_TRAINED)
 VARIANTS = [v.name for v in variants.DRAFT_VARIANTS
             if v.layer_ids == "input-of" and v.name not in OWN_DRAFTS + list(variants.K3_DRAFTS)]
 BASE = "draft"
-# Where the base draft must serve at k=3: where real Kimi drafts do (model cards 2.6-3.2,
-# a third-party K2.6 run 2.30). Above it, losses hide under the ceiling of 4.0. Builds
-# differ by CPU family (docs/development.md): the Intel Xeon build serves at 2.36.
-REALISTIC_ACCEPTANCE = (2.3, 3.2)
+# Served acceptance over what the reference counts for the draft as trained on the very
+# sequences served (vLLM's counting). That the base draft is as weak as real Kimi drafts,
+# where losses show, is the builder's promise (fixtures/margins.py REALISTIC, BUILT.json).
+AS_TRAINED = 0.99
+# bfloat16 rounding may flip near-ties of the draft; it keeps most of its acceptance.
+BFLOAT16_KEEPS = 0.9
 # Drafts of the two options only these fixtures have; their runs capture the draft's
 # inputs and outputs for the numerics test and serve the other tests too.
 OPTION_DRAFTS = ("draft-norm-before-residual", "draft-narrow")
@@ -102,10 +108,13 @@ def test_acceptance_length_of_base_draft(tiny):
     spec = served(engine(tiny, BASE))
     assert spec["drafts"] > 0
     by_position = spec["acceptance_by_position"]
+    reference, _ = reference_draft(os.path.join(tiny, BASE))
+    trained = served_acceptance(tiny_target(tiny), reference, served_sequences(spec),
+                                variants.AUX_LAYER_IDS)
     print(f"\nbase draft: acceptance length {spec['acceptance_length']} "
-          f"(3 speculative tokens), by position {by_position}")
-    low, high = REALISTIC_ACCEPTANCE
-    assert low <= spec["acceptance_length"] <= high, "the fixture is no longer realistic"
+          f"(3 speculative tokens), by position {by_position}; the draft as trained, "
+          f"counted on the same sequences: {trained:.4f}")
+    assert spec["acceptance_length"] >= AS_TRAINED * trained
     assert len(by_position) == 3
     assert by_position[0] > by_position[1] > by_position[2]  # decays, as real drafts do
 
@@ -129,8 +138,8 @@ def test_the_cpu_runner_holds_no_unused_vocabulary_table(tiny):
 
 
 def test_base_draft_in_bfloat16_for_the_record(tiny):
-    """vLLM's default dtype for these float32 checkpoints: the draft still drafts at a
-    realistic acceptance (outputs that differ from float32 are rounding, printed)."""
+    """vLLM's default dtype for these float32 checkpoints: the draft still drafts, at most
+    of its float32 acceptance (outputs that differ from float32 are rounding, printed)."""
     spec32 = served(engine(tiny, BASE))
     spec16 = served(engine(tiny, BASE, dtype="bfloat16"))
     assert spec16["drafts"] > 0
@@ -139,8 +148,7 @@ def test_base_draft_in_bfloat16_for_the_record(tiny):
     print(f"\nbase draft, bfloat16: acceptance {spec16['acceptance_length']} "
           f"{spec16['acceptance_by_position']} (float32 {spec32['acceptance_length']}); "
           f"{same}/{len(PROMPTS)} outputs as in float32")
-    low, high = REALISTIC_ACCEPTANCE
-    assert low <= spec16["acceptance_length"] <= high
+    assert spec16["acceptance_length"] >= BFLOAT16_KEEPS * spec32["acceptance_length"]
 
 
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if v != BASE])

