@@ -41,8 +41,9 @@ def context_problem(task: str, longest_prompt: int, max_tokens: int, max_model_l
 
 
 def speed_problem(url: str, speculative: bool, warmup: spec_metrics.Scrape,
-                  exported: bool) -> str | None:
-    """Whether a server speculates as its role says, judged over a warm-up request."""
+                  exported: bool, over: str = "a warm-up request") -> str | None:
+    """Whether a server speculates as its role says, judged over ``over`` (the counters'
+    difference ``warmup``)."""
     drafts = spec_metrics.spec_counters(warmup).drafts
     if speculative and not exported:
         return (f"the server at {url} exports no vllm:spec_decode_* counters on /metrics: "
@@ -50,7 +51,7 @@ def speed_problem(url: str, speculative: bool, warmup: spec_metrics.Scrape,
                 "--speculative-config (and without --disable-log-stats).")
     if speculative and drafts <= 0:
         return (f"the speculative-decoding counters of the server at {url} did not move "
-                "during a warm-up request: it proposed no draft token. Check its "
+                f"during {over}: it proposed no draft token. Check its "
                 "--speculative-config and its log.")
     if not speculative and drafts > 0:
         return (f"the server at {url} proposed {int(drafts)} drafts during a warm-up "
@@ -90,14 +91,25 @@ def timed_generation(lm, server: vllm_server.Server, label: str, speculative: bo
         exported = spec_metrics.has_spec_counters(before_warmup)
         generate(requests[:1], disable_tqdm=True)
         before = server.scrape()
-        problem = speed_problem(server.base_url, speculative, before - before_warmup, exported)
+        warmup = before - before_warmup
+        # A warm-up answer too short to draft from (the model ends at once) shows nothing
+        # yet: the measured requests must then draft.
+        judge_later = speculative and exported and spec_metrics.spec_counters(warmup).drafts <= 0
+        problem = None if judge_later else speed_problem(server.base_url, speculative, warmup,
+                                                         exported)
         if problem:
             raise EvalError(problem)
         record["responses"] = []  # from here on: the measured requests only
         started = time.perf_counter()
         results = generate(requests, disable_tqdm=disable_tqdm)
         record["seconds"] = time.perf_counter() - started
-        record["window"] = server.scrape() - before
+        after = server.scrape()
+        if judge_later:
+            problem = speed_problem(server.base_url, speculative, after - before_warmup,
+                                    exported, over="the warm-up and the measured requests")
+            if problem:
+                raise EvalError(problem)
+        record["window"] = after - before
         record["requests"] = len(requests)
         record["longest_prompt_tokens"] = max(lengths)
         record["max_model_len"] = max_model_len
