@@ -23,6 +23,10 @@ from vllm_kimi_eagle.draft_spec import MLA_ROPE_TYPES
 from vllm_kimi_eagle.quantization import CHECKED, Quantization
 
 
+class DraftClassError(ValueError):
+    """A draft the plugin's class cannot serve and vLLM's would serve wrong."""
+
+
 @dataclass(frozen=True)
 class Needs:
     """What a draft is served with, as the in-tree gaps read it."""
@@ -75,6 +79,11 @@ class ClassChoice:
     def line(self, model: str) -> str:
         who = "the plugin's draft class" if self.ours else "vLLM's in-tree draft class"
         return f"the draft {model} is served by {who}: {self.why}"
+
+    def refuse(self) -> None:
+        """Raise DraftClassError where neither class serves the draft right."""
+        if self.refusal is not None:
+            raise DraftClassError(self.refusal)
 
 
 def _why_not_ours(quantization: Quantization | None, contract: Iterable[str]) -> str | None:

@@ -238,12 +238,8 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         self.config = draft_model_config.hf_config
         self.draft_path = draft_model_config.model
         served = served_draft(draft_model_config)
-        written = served.config.config_rope_theta
-        if served.rope_theta is not None and served.rope_theta != written:
-            logger.warning(
-                "vllm-kimi-eagle: the draft's rope base is %s from %s (config.json says %s)",
-                served.rope_theta, rope_override.ROPE_THETA_ENV, written)
-            rope_override.apply_rope_theta(self.config, served.rope_theta)
+        rope_override.serve_rope_theta(self.config, served.rope_theta,
+                                       served.config.config_rope_theta, logger)
         self.target_vocab_size = vllm_config.model_config.get_vocab_size()
         self.target_hidden_size = vllm_config.model_config.get_hidden_size()
         target_layers = vllm_compat.total_layers(vllm_config.model_config)

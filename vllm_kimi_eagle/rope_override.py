@@ -31,6 +31,16 @@ def served_rope_theta(config: DraftConfig, environ=os.environ) -> float | None:
     return config.config_rope_theta if asked is None else asked
 
 
+def serve_rope_theta(config, served: float | None, written: float, logger) -> None:
+    """Make vLLM's config object of the draft use the rope base served, where it is not
+    config.json's, and say so: done where the draft's class is built (the plugin's), or
+    where the draft is handed to vLLM's class (which reads the same object)."""
+    if served is not None and served != written:
+        logger.warning("vllm-kimi-eagle: the draft's rope base is %s from %s (config.json "
+                       "says %s)", served, ROPE_THETA_ENV, written)
+        apply_rope_theta(config, served)
+
+
 def apply_rope_theta(config, theta: float) -> None:
     """Make vLLM's config object of the draft use ``theta`` (vLLM builds rope from
     rope_parameters)."""

@@ -41,6 +41,7 @@ from vllm_kimi_eagle import (
     cpu_mla_verify,
     cpu_sampler,
     release_gate,
+    rope_override,
     settings,
     shortcut_policy,
     vllm_compat,
@@ -54,6 +55,7 @@ from vllm_kimi_eagle.draft_checks import (
     check_release,
     check_schedule,
 )
+from vllm_kimi_eagle.draft_class import DraftClassError
 from vllm_kimi_eagle.draft_config import DraftConfigError, parse_draft_config
 from vllm_kimi_eagle.draft_plan import DraftAtHand, Plan, draft_at_hand, plan_for
 from vllm_kimi_eagle.draft_positions import NOPE_KEY
@@ -74,10 +76,6 @@ class DraftRefusedError(Exception):
     """The plugin refuses to serve a draft as configured; the message names the file and
     the field. Not a ValueError, so that pydantic (SpeculativeConfig is a pydantic
     dataclass) passes it on as it is instead of wrapping it in a ValidationError."""
-
-
-class DraftClassError(ValueError):
-    """A draft the plugin's class cannot serve and vLLM's would serve wrong."""
 
 
 class PluginHookError(RuntimeError):
@@ -158,10 +156,14 @@ def on_speculative_config(spec_config, ours: bool) -> None:
 def hand_to_vllm(spec_config, draft: DraftAtHand, report: DraftReport) -> None:
     """Give the draft the architecture name registered to vLLM's class (the worker builds
     the class its hf_config names), and say so in one line."""
-    if report.choice.refusal is not None:
-        raise DraftClassError(report.choice.refusal)
+    report.choice.refuse()
+    rope_override.serve_rope_theta(draft.hf_config, report.rope_theta,
+                                   report.config.config_rope_theta, logger)
     draft.hf_config.architectures = [IN_TREE_ALIAS]
-    vllm_compat.refresh_draft_architecture(spec_config)
+    if not vllm_compat.refresh_draft_architecture(spec_config):
+        logger.info("vllm-kimi-eagle: this vLLM has no SpeculativeConfig.update_arch_: the "
+                    "architecture it cached for the draft keeps the old name in its log; "
+                    "its worker builds the class the draft's config names, %s.", IN_TREE_ALIAS)
     logger.info("vllm-kimi-eagle: %s.", report.choice.line(draft.model))
 
 

@@ -339,14 +339,19 @@ def total_layers(model_config) -> int:
     return model_config.get_total_num_hidden_layers()
 
 
-def refresh_draft_architecture(spec_config) -> None:
+def refresh_draft_architecture(spec_config) -> bool:
     """After the draft's ``hf_config.architectures`` changed: vLLM's fields derived from it
-    (SpeculativeConfig.update_arch_, read in 0.28-0.33, which vLLM calls after its own
-    renames). The worker builds the class ``hf_config.architectures`` names in every
-    release (model_loader/utils.py ``_get_model_architecture``)."""
+    (SpeculativeConfig.update_arch_, the same in the wheels of 0.26.0 and 0.27.0 and the
+    sources of 0.28-0.33, which vLLM calls after its own renames). False where this vLLM
+    has no such method: its cached architecture then keeps the old name, which only its
+    own log and ``draft_model_config.architecture`` show; the worker builds the class
+    ``hf_config.architectures`` names in every release (model_loader/utils.py
+    ``_get_model_architecture``)."""
     update = getattr(spec_config, "update_arch_", None)
-    if update is not None:
-        update()
+    if update is None:
+        return False
+    update()
+    return True
 
 
 # Whether a (multimodal) target takes multimodal inputs at all (False with

@@ -103,6 +103,8 @@ def test_start_up_and_inspect_decide_the_same_class(tiny, tmp_path, asked):
             served["refused"] += 1
             continue
         assert not error, (where, error)
+        # vLLM's cached architecture follows the name the worker builds a class for.
+        assert run["resolved"] == run["architectures"][0], (where, run)
         if decided["class"] == "vllm":
             expected = [IN_TREE_ALIAS] if asked == "plugin" else ["Eagle3DeepseekV2ForCausalLM"]
             assert run["architectures"] == expected, (where, run)

@@ -244,3 +244,54 @@ def test_a_release_of_a_checked_minor_acts_in_full_without_reading_the_contract(
     assert result["model_modules_imported"] is False
     assert result["contract"] == [] and result["contract_imported"] is False
     assert not [m for level, m in result["log"] if level == "WARNING"], result["log"]
+
+
+# The hook's method moved as well: vLLM builds the speculative config without the plugin's
+# hook, and the draft's class is built by the name the plugin registered.
+WORKER_ONLY = """
+import json, logging, os
+import vllm_kimi_eagle
+from vllm_kimi_eagle import speculative_hook, vllm_compat
+vllm_compat.installed_vllm_version_text = lambda: "0.34.0"
+MOVED
+speculative_hook.install_speculative_hook = lambda ours: None
+vllm_kimi_eagle.register()
+from vllm import ModelRegistry
+from vllm.engine.arg_utils import EngineArgs
+from vllm_kimi_eagle import draft_class_entry, release_gate
+cls = ModelRegistry._try_load_model_cls("Eagle3DeepseekV2ForCausalLM")
+found = {"class": cls.__name__, "bases": [b.__module__ for b in cls.__mro__[1:3]]}
+for name in ("draft", "draft-k3-nope"):
+    built = EngineArgs(model=os.path.join(TINY, "target"), max_model_len=256,
+                       speculative_config={"method": "eagle3", "num_speculative_tokens": 3,
+                                           "model": os.path.join(TINY, name)}
+                       ).create_engine_config()
+    try:
+        if name == "draft":  # refused nothing; building it needs a device setup
+            draft_class_entry.check_in_tree(built.speculative_config.draft_model_config,
+                                            release_gate.contract_problems_here())
+        else:
+            cls(vllm_config=built, prefix="")
+        found[name] = "built"
+    except Exception as err:
+        found[name] = f"{type(err).__name__}: {err}"
+print(json.dumps(found))
+"""
+
+
+def test_without_the_hook_the_workers_fallback_refuses_by_the_hooks_rule(tiny):
+    """On an unchecked minor whose internals moved under both the plugin's class and its
+    hook, vLLM's class serves the draft, guarded where it is built: a NoPE draft, which
+    vLLM's class would rotate, is refused with the words the hook would use; a draft it
+    serves right is not."""
+    result = run_python(WORKER_ONLY.replace("MOVED", MOVE_INPUT_SIZE).replace("TINY", repr(tiny)),
+                        env={"VLLM_PLUGINS": ""})
+    print(f"\n{result}")
+    assert result["draft"] == "built"
+    refusal = result["draft-k3-nope"]
+    assert refusal.startswith("DraftClassError: "), refusal
+    for words in ("neither draft class serves this draft right", "what the plugin's class "
+                  "builds on moved in this vLLM", "mla_use_nope", "VLLM_KIMI_EAGLE_DRAFT_NOPE=off"):
+        assert words in refusal, words
+    # vLLM's class, under its own name
+    assert result["class"] == "Eagle3DeepseekV2ForCausalLM" and result["bases"][0] == IN_TREE

@@ -11,6 +11,7 @@ from packaging.version import Version
 
 from tests.helpers import run_python, write_config_only_models
 from vllm_kimi_eagle import vllm_compat
+from vllm_kimi_eagle.architectures import IN_TREE_ALIAS
 from vllm_kimi_eagle.draft_config import parse_draft_config, record_from_json
 
 PROBE = """
@@ -51,3 +52,36 @@ def test_the_draft_class_gets_the_decisions_and_vllms_positions(tmp_path):
                                 os.path.join(draft, "config.json"))
     assert record_from_json(result["record"]) == hooked
     assert record_from_json(result["record"]).source == os.path.join(draft, "config.json")
+
+
+HANDED_OFF = """
+import json
+from vllm.engine.arg_utils import EngineArgs
+config = EngineArgs(model={target!r}, max_model_len=512, speculative_config={{
+    "method": "eagle3", "model": {draft!r}, "num_speculative_tokens": 3}}).create_engine_config()
+draft = config.speculative_config.draft_model_config
+print(json.dumps({{"architectures": list(draft.hf_config.architectures),
+                  "rope_parameters": draft.hf_config.rope_parameters,
+                  "rope_theta": getattr(draft.hf_config, "rope_theta", None)}}))
+"""
+
+
+def test_a_draft_handed_to_vllms_class_gets_the_rope_base_asked_for(tmp_path):
+    """VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA on a draft the plugin hands to vLLM's class (a
+    scheme its own class does not load): vLLM's class reads the base from the config the
+    hook hands it, so the hook writes the one asked for there, as the plugin's class does
+    in its own; inspect says it is served (tests/integration/test_trainer_exports.py)."""
+    schemes = json.load(open(os.path.join(os.path.dirname(__file__), os.pardir, "data",
+                                          "exporter_quantization_configs.json")))["configs"]
+    w4a16 = next(c for c in schemes if c["name"] == "ct-0.17-w4a16")["quantization_config"]
+    target, draft = write_config_only_models(str(tmp_path),
+                                             draft_overrides={"quantization_config": w4a16})
+    asked = run_python(HANDED_OFF.format(target=target, draft=draft),
+                       env={"VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA": "10000"})
+    assert asked["architectures"] == [IN_TREE_ALIAS], asked
+    assert asked["rope_parameters"]["rope_theta"] == 10000.0, asked
+    assert "the draft's rope base is 10000.0 from VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA" \
+        in asked["_log"]
+    plain = run_python(HANDED_OFF.format(target=target, draft=draft))
+    assert plain["architectures"] == [IN_TREE_ALIAS]
+    assert plain["rope_parameters"]["rope_theta"] == 50000.0, plain

@@ -52,3 +52,14 @@ def test_the_edges_the_old_readings_got_wrong():
         .startswith("Model Runner V2 of vLLM 0.26.0 cannot start with a schedule")
     verdict = vllm_compat.support_verdict("0.18.0", unchecked_allowed=True)
     assert not verdict.act and "comes before 0.18.1" in verdict.message
+
+
+def test_the_draft_architecture_refresh_says_whether_it_ran():
+    """SpeculativeConfig.update_arch_ (0.26-0.33) refreshes vLLM's cached architecture of
+    the draft; a vLLM without it is told apart, so the hook can say what stays stale."""
+    from types import SimpleNamespace
+
+    calls = []
+    with_method = SimpleNamespace(update_arch_=lambda: calls.append(1))
+    assert vllm_compat.refresh_draft_architecture(with_method) is True and calls == [1]
+    assert vllm_compat.refresh_draft_architecture(SimpleNamespace()) is False
