@@ -141,9 +141,42 @@ def test_decision_is_the_paired_verdict_over_prompts():
     assert decide(_rows([2.3, 2.2]), 1, per_prompt)["status"] == "change"
     assert decide(_rows([2.3, 2.2]), 1, per_prompt, confidence=0.999999)["status"] == \
         "undecided"
-    # Today's reading refused by the plugin: the best reading is what to apply.
+    # Today's reading refused by the plugin: the best reading is what to apply, by the
+    # mean over prompts (reading 0 here), whatever the pooled figures say.
     applied = decide(_rows([2.1, 2.5]), None, per_prompt)
-    assert applied["row"] == 1 and applied["status"] == "apply"
+    assert applied["row"] == 0 and applied["status"] == "apply"
+
+
+def test_one_figure_picks_the_lead_and_judges_it():
+    """Today's reading strong on 3 long prompts, the other 0.2 higher on 27 short ones:
+    pooled over tokens today's leads, per prompt the other does, and per prompt is how
+    both are picked and judged: a change, decided (the pooled lead once fell through to
+    an undecided verdict that no number of prompts could settle)."""
+    today = [3.0] * 3 + [2.3 + 0.01 * (p % 3) for p in range(27)]
+    other = [2.7] * 3 + [2.5 + 0.01 * (p % 5) for p in range(27)]
+    positions = [2000] * 3 + [20] * 27
+    pooled = {name: 1 + sum((v - 1) * w for v, w in zip(values, positions)) / sum(positions)
+              for name, values in (("today", today), ("other", other))}
+    assert pooled["today"] > pooled["other"]
+    decision = decide(_rows([pooled["today"], pooled["other"]]), current=0,
+                      per_prompt={0: today, 1: other})
+    assert decision["status"] == "change" and decision["row"] == 1, decision["why"]
+    assert decision["difference"]["status"] == "higher"
+
+
+def test_a_lead_picked_among_readings_is_held_to_their_shared_level():
+    from vllm_kimi_eagle.tools.calibrate.decision import among
+
+    assert among(0.95, 2) == pytest.approx(0.95)
+    assert among(0.95, 5) == pytest.approx(0.9875)
+    today = [2.3 + 0.02 * (p % 4) for p in range(12)]
+    other = [v + 0.05 + 0.04 * ((p % 3) - 1) for p, v in enumerate(today)]
+    pair = {0: today, 1: other}
+    assert decide(_rows([2.3, 2.35]), 0, pair)["status"] == "change"
+    crowd = {**pair, **{i: [v - 0.5 for v in today] for i in range(2, 12)}}
+    crowded = decide(_rows([2.3, 2.35] + [1.8] * 10), 0, crowd)
+    assert crowded["difference"]["level"] == pytest.approx(1 - 0.05 / 11)
+    assert "99.5455% interval" in crowded["why"]
 
 
 def test_too_few_prompts_never_decide():

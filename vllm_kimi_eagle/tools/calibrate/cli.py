@@ -145,6 +145,8 @@ def measure(readings, current, pool, store, models, args, budget) -> tuple:
         positions, done = torch.cat([positions, new_positions]), size
         rows = rows_of(readings, matched, positions)
         per_prompt = {i: scoring.per_prompt(matched[i], positions) for i in matched}
+        for i, mean in decisions.per_prompt_means(per_prompt).items():
+            rows[i]["per_prompt_mean"] = round(mean, 4)
         decision = decisions.decide(rows, current, per_prompt, confidence)
         difference = decision["difference"]
         rounds.append({"prompts": size, "seconds": round(time.perf_counter() - t, 1),

@@ -1,14 +1,22 @@
 """Which reading ``calibrate`` recommends, and when it has measured enough to say so. One
 rule on every vLLM release (docs/layer-ids.md, "Decision"):
 
-1. **Offline, paired over prompts.** Each reading's offline acceptance length per prompt
-   (its own positions pooled) is compared prompt by prompt with ``tools/paired.py``, the
-   verdict compare gives too: a paired t interval. Today's reading is *kept* once it is
-   higher than the runner-up; another reading is *recommended* once it is higher than
-   today's; otherwise the run measures more prompts, and when the prompts or the time run
-   out the comparison is *undecided* and today's reading stays (never a silent keep).
-   Looking after every round would let noise decide more often than once in twenty: each
-   look's interval is held to ``1 - (1 - CONFIDENCE) / looks``.
+1. **Offline, per prompt: one figure picks and judges.** Each reading's offline
+   acceptance length per prompt (its own positions pooled) is the unit: the prompt is
+   what varies independently (tokens of one prompt share its text), and a draft trained
+   on a reading beats the others on most prompts, short or long, so the mean over prompts
+   is the figure that answers "which reading was it trained on"; a pooled figure would
+   let a few long prompts decide. The reading with the highest mean leads; it is compared
+   prompt by prompt with today's reading (or, where today's leads, today's with the
+   runner-up) by ``tools/paired.py``, the verdict compare gives too: a paired t interval.
+   The lead is the best of several readings, so the interval is held to the level shared
+   among the comparisons it was picked from, ``1 - (1 - level) / (readings - 1)``
+   (Bonferroni). Today's reading is *kept* once it is higher than the runner-up; another
+   reading is *recommended* once it is higher than today's; otherwise the run measures
+   more prompts, and when the prompts or the time run out the comparison is *undecided*
+   and today's reading stays (never a silent keep). Looking after every round would let
+   noise decide more often than once in twenty: each look's level is held to
+   ``1 - (1 - CONFIDENCE) / looks`` first.
 2. **Served, a check.** A recommendation is served by vLLM beside today's reading on the
    same prompts; it stands unless vLLM's counters, pooled over those prompts, give today's
    reading the higher acceptance length. Every release has those counters, so the same
@@ -37,12 +45,28 @@ def _pairs(per_prompt: dict, lead: int, trail: int) -> tuple[list[float], list[f
             [f"prompt {p}" for p in both])
 
 
+def per_prompt_means(per_prompt: dict[int, list]) -> dict[int, float]:
+    """Each reading's mean offline acceptance length per prompt, over the prompts every
+    reading scored: the figure that picks the lead (and, paired, judges it)."""
+    scored = [p for p in range(len(next(iter(per_prompt.values()))))
+              if all(values[p] is not None for values in per_prompt.values())]
+    return {i: sum(values[p] for p in scored) / len(scored) if scored else float("-inf")
+            for i, values in per_prompt.items()}
+
+
+def among(confidence: float, readings: int) -> float:
+    """The level of one comparison of a lead picked among ``readings`` readings."""
+    return 1 - (1 - confidence) / max(readings - 1, 1)
+
+
 def decide(rows: list[dict], current: int | None, per_prompt: dict[int, list],
            confidence: float = CONFIDENCE) -> dict:
     """The decision after one look: ``status`` (CHANGE, KEEP, UNDECIDED, or APPLY where the
     plugin refuses the draft today), the row to use, the paired ``difference`` of the
-    compared readings (lead minus trail, at ``confidence``) and why, in words."""
-    best = max(range(len(rows)), key=lambda i: (rows[i]["acceptance_length"], i == current))
+    compared readings (lead minus trail, at ``confidence`` shared among the readings) and
+    why, in words."""
+    means = per_prompt_means(per_prompt)
+    best = max(range(len(rows)), key=lambda i: (means[i], i == current))
     if current is None:
         return {"status": APPLY, "row": best, "beats_current": True, "difference": None,
                 "why": "the plugin refuses this draft today; the best reading is the one to apply"}
@@ -50,12 +74,12 @@ def decide(rows: list[dict], current: int | None, per_prompt: dict[int, list],
         return {"status": KEEP, "row": current, "beats_current": False, "difference": None,
                 "why": "today's reading is the only candidate"}
     if best == current:
-        trail = max((i for i in range(len(rows)) if i != current),
-                    key=lambda i: rows[i]["acceptance_length"])
+        trail = max((i for i in range(len(rows)) if i != current), key=lambda i: means[i])
         lead = current
     else:
         lead, trail = best, current
-    difference = paired.paired_difference(*_pairs(per_prompt, lead, trail), level=confidence)
+    difference = paired.paired_difference(*_pairs(per_prompt, lead, trail),
+                                          level=among(confidence, len(rows)))
     line = paired.verdict(rows[lead]["reading"], rows[trail]["reading"], difference,
                           "offline acceptance length per prompt")
     if difference["status"] == paired.HIGHER:

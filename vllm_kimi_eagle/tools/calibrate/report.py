@@ -11,19 +11,21 @@ from vllm_kimi_eagle.draft_config import ROPE_BLOCKS
 
 
 def format_table(rows: list[dict], current: int | None, recommended: int) -> str:
-    header = ["", "capture (input of)", "rope", "reading", "offline accept",
-              "per position", "positions", "online accept"]
+    header = ["", "capture (input of)", "rope", "reading", "offline, per prompt",
+              "pooled", "per position", "positions", "online accept"]
     table = [header]
     for i, r in enumerate(rows):
         mark = ("*" if i == recommended else " ") + ("=" if i == current else " ")
         table.append([mark, str(r["capture_ids"]), "config" if r["rope_theta"] is None
                       else f"{r['rope_theta']:g}", "; ".join(r["labels"]),
+                      "-" if r.get("per_prompt_mean") is None else f"{r['per_prompt_mean']:.3f}",
                       f"{r['acceptance_length']:.3f}",
                       " ".join(f"{p:.2f}" for p in r["per_position"]), str(r["drafts"]),
                       "-" if r.get("online") is None else f"{r['online']['acceptance_length']:.3f}"])
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in table]
-    return "\n".join(lines + ["(* recommended, = what the plugin reads today)"])
+    return "\n".join(lines + ["(* recommended, = what the plugin reads today; the mean over "
+                               "prompts decides, the pooled figure weighs long prompts more)"])
 
 
 def summary(report: dict, args) -> str:
