@@ -25,6 +25,7 @@ The rules:
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 LEVEL = 0.95
@@ -45,13 +46,37 @@ def _checked(a: Sequence[float], b: Sequence[float], ids: Sequence | None) -> li
         raise FiguresError(f"paired figures need the same requests on both sides: "
                            f"{len(a)} and {len(b)} found")
     names = list(ids) if ids is not None else list(range(len(a)))
+    if len(names) != len(a):
+        raise FiguresError(f"paired figures need one name per request: {len(names)} names "
+                           f"for {len(a)} requests")
     for side, values in (("first", a), ("second", b)):
         for name, value in zip(names, values):
-            if not isinstance(value, (int, float)) or not math.isfinite(value):
+            if not is_finite_number(value):
                 raise FiguresError(f"request {name!r}: its figure on the {side} side is "
                                    f"{value!r}, not a finite number; leave that request out "
                                    "of the pairs")
-    return [0.0 if abs(x - y) <= TOLERANCE else x - y for x, y in zip(a, b)]
+    return [0.0 if abs(x - y) <= TOLERANCE else float(x - y) for x, y in zip(a, b)]
+
+
+def is_finite_number(value) -> bool:
+    """A real number (Python's or numpy's, not a bool) that is finite."""
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and math.isfinite(float(value)))
+
+
+def figure(value: float) -> str:
+    """A difference in words: three decimals, or two significant digits below 0.001, so
+    that a difference is never written as 0.000."""
+    return f"{value:.3f}" if value == 0 or abs(value) >= 0.001 else f"{value:.2g}"
+
+
+def level_words(level: float) -> str:
+    """95%, 98.75%: a level as it is, never rounded to another."""
+    return f"{level * 100:.4f}".rstrip("0").rstrip(".") + "%"
+
+
+def _significant(value: float) -> float:
+    return float(f"{value:.4g}")
 
 
 def needed_pairs(mean: float, sd: float, level: float = LEVEL, power: float = POWER
@@ -81,17 +106,17 @@ def paired_difference(a: Sequence[float], b: Sequence[float], ids: Sequence | No
     if abs(mean) <= TOLERANCE:
         mean = 0.0
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1)) if n > 1 else 0.0
-    result = {"pairs": n, "mean": round(mean, 4), "sd": round(sd, 4), "level": level,
+    result = {"pairs": n, "mean": _significant(mean), "sd": _significant(sd), "level": level,
               "low": None, "high": None, "min_pairs": MIN_PAIRS,
               "pairs_needed": needed_pairs(mean, sd, level)}
-    if n and all(d == 0.0 for d in diffs):
-        return dict(result, status=SAME, low=0.0, high=0.0, pairs_needed=None)
     if n < MIN_PAIRS:
         return dict(result, status=TOO_FEW)
+    if all(d == 0.0 for d in diffs):
+        return dict(result, status=SAME, low=0.0, high=0.0, pairs_needed=None)
     half = stats.t.ppf(1 - (1 - level) / 2, n - 1) * sd / math.sqrt(n)
     low, high = mean - half, mean + half
     status = HIGHER if low > 0 else LOWER if high < 0 else UNDECIDED
-    return dict(result, status=status, low=round(low, 4), high=round(high, 4))
+    return dict(result, status=status, low=_significant(low), high=_significant(high))
 
 
 def interval_words(difference: dict, sign: float = 1.0) -> str:
@@ -99,7 +124,7 @@ def interval_words(difference: dict, sign: float = 1.0) -> str:
     low, high = difference["low"], difference["high"]
     if sign < 0:
         low, high = -high, -low
-    return f"{difference['level']:.0%} interval {low:.3f} to {high:.3f}"
+    return f"{level_words(difference['level'])} interval {figure(low)} to {figure(high)}"
 
 
 def verdict(first: str, second: str, difference: dict, what: str) -> str:
@@ -112,20 +137,21 @@ def verdict(first: str, second: str, difference: dict, what: str) -> str:
     if status == TOO_FEW:
         return (f"{first} against {second} in {what}: no verdict from {n} request"
                 f"{'s' if n != 1 else ''}; at least {difference['min_pairs']} are needed "
-                f"(mean difference so far {mean:+.3f})")
+                f"(mean difference so far {'+' if mean > 0 else ''}{figure(mean)})")
     if status == HIGHER:
-        return (f"{first} is higher than {second} in {what} by {mean:.3f} "
+        return (f"{first} is higher than {second} in {what} by {figure(mean)} "
                 f"({interval_words(difference)}, {paired})")
     if status == LOWER:
-        return (f"{second} is higher than {first} in {what} by {-mean:.3f} "
+        return (f"{second} is higher than {first} in {what} by {figure(-mean)} "
                 f"({interval_words(difference, -1)}, {paired})")
     needed = difference["pairs_needed"]
     if needed is None:
         more = ("no difference on average: the requests' differences cancel"
-                if mean == 0 else f"a difference of {abs(mean):.3f} is too small to tell "
+                if mean == 0 else f"a difference of {figure(abs(mean))} is too small to tell "
                 f"apart with any practical number of requests")
     else:
-        more = (f"about {needed} requests would find a difference of {abs(mean):.3f} "
+        more = (f"about {needed} requests would find a difference of {figure(abs(mean))} "
                 f"{POWER:.0%} of the time")
     return (f"{first} and {second} are not distinguishable in {what} with {n} requests "
-            f"(difference {mean:+.3f}, {interval_words(difference)}): {more}")
+            f"(difference {'+' if mean > 0 else ''}{figure(mean)}, "
+            f"{interval_words(difference)}): {more}")
