@@ -49,13 +49,17 @@ def anonymous_mib() -> float | None:
     return None
 
 
-def log_line(unpacked_mib: float, before: float | None, after: float | None, found: int) -> str:
+def log_line(unpacked_mib: float, before: float | None, after: float | None, found: int,
+             model_drafter: bool = True) -> str:
+    """What the mend did; ``model_drafter``: the drafter is a model (an n-gram drafter has
+    no tensors for vLLM's proposer to replace)."""
     returned = f"{before - after:.1f} MiB returned" if before is not None and after is not None \
         else "memory not read (no /proc)"
+    what = (": the draft tensors vLLM's proposer replaced with the target's"
+            if model_drafter else "")
     return (f"input embeddings left unpacked until used as a linear layer ({unpacked_mib:.1f} "
             f"MiB of packing not made); collected after the drafter loaded ({found} objects "
-            f"in cycles; {returned}): the draft tensors vLLM's proposer replaced with the "
-            "target's")
+            f"in cycles; {returned}){what}")
 
 
 def _collect_after(load_model):
@@ -71,8 +75,9 @@ def _collect_after(load_model):
             _DRAFTING_LOAD.reset(token)
         before = anonymous_mib()
         found = gc.collect()
+        model_drafter = getattr(self.drafter, "model", None) is not None
         logger.info("vllm-kimi-eagle: %s", log_line(sum(unpacked) / 2**20, before,
-                                                     anonymous_mib(), found))
+                                                     anonymous_mib(), found, model_drafter))
         return result
     return wrapper
 
@@ -107,21 +112,28 @@ def _apply_packs_first(apply):
 
 def install_cpu_memory() -> str:
     """``"deferred"`` (wrapped when vLLM imports its CPU runner), ``"installed"`` (it was
-    imported), or why not: ``"triton"``, ``"not-cpu"``."""
+    imported and every wrap is in place), ``"partial"`` (a method was missing: what its
+    warning names is not mended), or why not: ``"triton"``, ``"not-cpu"``."""
     skipped = vllm_compat.cpu_stand_ins_skipped()
     if skipped:
         return skipped
     imported = vllm_compat.CPU_MODEL_RUNNER in sys.modules
     consequence = ("on the CPU build, an engine with a draft keeps the vocabulary tables it "
                    "does not use in memory.")
+    done = []
 
     def install():
-        patching.wrap_method(vllm_compat.CPU_RUNNER_LOAD, vllm_compat.CPU_RUNNER_LOAD_METHOD,
-                             _collect_after, consequence)
-        patching.wrap_method(vllm_compat.CPU_EMBEDDING_METHOD, "process_weights_after_loading",
-                             _pack_when_used, consequence)
-        patching.wrap_method(vllm_compat.CPU_EMBEDDING_METHOD, "apply", _apply_packs_first,
-                             consequence)
+        collected = patching.wrap_method(vllm_compat.CPU_RUNNER_LOAD,
+                                         vllm_compat.CPU_RUNNER_LOAD_METHOD, _collect_after,
+                                         consequence)
+        # Packing is deferred only where apply() can pack on first use: both or neither.
+        packs = patching.wrap_method(vllm_compat.CPU_EMBEDDING_METHOD, "apply",
+                                     _apply_packs_first, consequence) and \
+            patching.wrap_method(vllm_compat.CPU_EMBEDDING_METHOD,
+                                 "process_weights_after_loading", _pack_when_used, consequence)
+        done.append(collected and packs)
 
     patching.when_imported(vllm_compat.CPU_MODEL_RUNNER, install)
-    return "installed" if imported else "deferred"
+    if not imported:
+        return "deferred"
+    return "installed" if all(done) else "partial"
