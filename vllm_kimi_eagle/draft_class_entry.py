@@ -46,6 +46,7 @@ def guarded(in_tree: type, problems: tuple[str, ...]) -> type:
             super().__init__(vllm_config=vllm_config, prefix=prefix)
 
     Guarded.__name__ = Guarded.__qualname__ = in_tree.__name__
+    Guarded.guards = in_tree  # the class that serves, for whoever asks which one it is
     return Guarded
 
 

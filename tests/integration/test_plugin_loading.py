@@ -131,10 +131,11 @@ from vllm_kimi_eagle import release_gate
 contract = list(release_gate.contract_problems_here())
 contract_imported = "vllm.model_executor.models.llama_eagle3" in sys.modules
 from vllm import ModelRegistry
-resolved = {}
+resolved, guarded = {}, {}
 for arch in ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"):
     cls = ModelRegistry._try_load_model_cls(arch)
-    resolved[arch] = cls.__module__
+    resolved[arch] = getattr(cls, "guards", cls).__module__  # vLLM's class, guarded or not
+    guarded[arch] = hasattr(cls, "guards")
 started_up = None
 if DRAFT_FOLDERS:
     from vllm.engine.arg_utils import EngineArgs
@@ -157,6 +158,7 @@ print(json.dumps({
     "contract": contract,
     "contract_imported": contract_imported,
     "resolved": resolved,
+    "guarded": guarded,
     "started_up": started_up,
     "seconds": seconds,
 }))
@@ -198,6 +200,7 @@ def test_a_moved_signature_on_an_unchecked_release_keeps_vllms_class_and_the_fix
     assert set(result["classes"].values()) == {ENTRY}
     assert result["model_modules_imported"] is False
     assert set(result["resolved"].values()) == {IN_TREE}
+    assert set(result["guarded"].values()) == {True}  # refuses what it would serve wrong
     assert result["hooked"] == [True] and result["override_replaced"] is True
     assert any("DeepseekV2MLAAttention takes no parameter 'input_width'" in problem
                for problem in result["contract"])
@@ -231,6 +234,7 @@ def test_an_older_unchecked_minor_with_the_override_is_judged_as_a_newer_one():
     result = register_as("0.25.1", MOVE_INPUT_SIZE, {"VLLM_KIMI_EAGLE_UNCHECKED_RELEASE": "1"})
     assert set(result["classes"].values()) == {ENTRY}
     assert set(result["resolved"].values()) == {IN_TREE}
+    assert set(result["guarded"].values()) == {True}
     assert result["contract"]
     assert "VLLM_KIMI_EAGLE_UNCHECKED_RELEASE lets it act" in result["log"][0][1]
 
