@@ -151,22 +151,47 @@ print(json.dumps({{"transformers": transformers.__version__,
 """
 
 
+def installed_transformers(version: str) -> str:
+    """A folder holding transformers ``version`` with its dependencies, for PYTHONPATH:
+    installed once beside the tiny models (both CI environments share it)."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    from vllm_kimi_eagle.fixtures.cache import default_cache_dir
+
+    root = os.path.dirname(default_cache_dir())
+    site = os.path.join(root, f"transformers-{version}-py{sys.version_info[0]}{sys.version_info[1]}")
+    if os.path.isdir(site):
+        return site
+    os.makedirs(root, exist_ok=True)
+    partial = tempfile.mkdtemp(prefix=os.path.basename(site) + ".", dir=root)
+    pip = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "--target", partial, f"transformers=={version}"],
+        capture_output=True, text=True, timeout=600)
+    if pip.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise AssertionError(f"pip could not install transformers {version}:\n{pip.stderr[-2000:]}")
+    try:
+        os.rename(partial, site)
+    except OSError:  # another worker installed it first
+        shutil.rmtree(partial, ignore_errors=True)
+    return site
+
+
 @pytest.mark.parametrize("version", OTHER_TRANSFORMERS)
 def test_template_nulls_load_on_other_transformers_releases(tmp_path, version):
     import subprocess
     import sys
 
-    site = tmp_path / "site"
-    pip = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-         "--target", str(site), f"transformers=={version}"],
-        capture_output=True, text=True, timeout=600)
-    assert pip.returncode == 0, f"pip could not install transformers {version}:\n{pip.stderr[-2000:]}"
+    site = installed_transformers(version)
     draft = with_template_nulls(str(tmp_path / "models"), dict.fromkeys(TEMPLATE_NULLS))
     code = LOAD_WITH_KIMI_CONFIG.format(draft=draft)
     # a fresh interpreter, never a fork of the preloaded vLLM: its transformers is this one's
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           env={**os.environ, "PYTHONPATH": str(site)}, timeout=300)
+                           env={**os.environ, "PYTHONPATH": site}, timeout=300)
     assert child.returncode == 0, child.stderr[-3000:]
     found = json.loads(child.stdout.strip().splitlines()[-1])
     assert found["transformers"] == version
