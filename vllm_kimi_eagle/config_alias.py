@@ -81,11 +81,9 @@ class KimiK2Config(DeepseekV3Config):
 
     @classmethod
     def from_dict(cls, config_dict, **kwargs):
+        source = describe_source(kwargs.get("name_or_path") or config_dict.get("_name_or_path"))
         missing = missing_mla_fields(config_dict)
         if missing:
-            source = describe_source(
-                kwargs.get("name_or_path") or config_dict.get("_name_or_path")
-            )
             raise KimiConfigError(
                 f"{source}: model_type is 'kimi_k2' but the field(s) "
                 f"{', '.join(repr(f) for f in missing)} are missing. A kimi_k2 model uses "
@@ -95,9 +93,6 @@ class KimiK2Config(DeepseekV3Config):
             )
         stated, defaulted = refused_nulls(config_dict)
         if stated:
-            source = describe_source(
-                kwargs.get("name_or_path") or config_dict.get("_name_or_path")
-            )
             raise KimiConfigError(
                 f"{source}: {', '.join(repr(f) for f in stated)} "
                 f"{'is' if len(stated) == 1 else 'are'} null, and the value shapes the model, "
