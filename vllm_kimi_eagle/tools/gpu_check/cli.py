@@ -25,9 +25,10 @@ from vllm_kimi_eagle.tools.gpu_check.verdicts import (
 )
 from vllm_kimi_eagle.tools.progress import say
 
-# The Kimi-width drafts the GPU case serves by default: the full-vocabulary EAGLE3.1 layout
-# and the 32000-token export with d2t (the K3 draft adds 6 GB and two engines).
-KIMI_WIDTH_DRAFTS = ("draft-k26-eagle3.1", "draft-modelopt-32k")
+# The lifted Kimi-width drafts the GPU case serves by default (with their controls): the
+# full-vocabulary EAGLE3.1 layout and the odd pruned vocabulary with d2t (the K3 draft adds
+# 5 GB and two engines).
+KIMI_WIDTH_DRAFTS = ("draft-k26-eagle3.1", "draft-pruned-odd")
 NEEDS = ("gpu-check needs a CUDA GPU and the CUDA build of vLLM (pip install vllm); "
          "this machine has {found}.")
 # The GPU MLA prefill backends accept only these head dims (Kimi's and DeepSeek's).
@@ -166,9 +167,10 @@ def parse_args(argv):
     p.add_argument("--timing-repeats", type=int, default=3)
     p.add_argument("--timing-tokens", type=int, default=128)
     p.add_argument("--kimi-width", action="store_true",
-                   help="also serve the Kimi-width models (built there, about 15 GB: "
-                        "vllm-kimi-eagle kimi-width), both classes, compiled with CUDA "
-                        "graphs; with --no-matrix --no-timing only them")
+                   help="also serve the lifted Kimi-width models and their negative "
+                        "controls (built there, about 20 GB: vllm-kimi-eagle kimi-width), "
+                        "both classes, compiled with CUDA graphs; with --no-matrix "
+                        "--no-timing only them")
     p.add_argument("--kimi-width-drafts", default=",".join(KIMI_WIDTH_DRAFTS),
                    help="the Kimi-width drafts to serve (default: %(default)s, sized for "
                         "15 minutes on one H100)")

@@ -10,7 +10,9 @@ import subprocess
 import sys
 import time
 
+from vllm_kimi_eagle.fixtures import controls as ctl
 from vllm_kimi_eagle.fixtures import kimi_width as kw
+from vllm_kimi_eagle.fixtures import lifted
 from vllm_kimi_eagle import vllm_compat
 from vllm_kimi_eagle.tools import engine_process
 from vllm_kimi_eagle.tools.kimi_width import __doc__ as DESCRIPTION
@@ -27,16 +29,28 @@ ENGINE_OVERHEAD_GIB = 4.0
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="vllm-kimi-eagle kimi-width", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--construction", choices=("lifted", "torus"), default="lifted",
+                   help="lifted (default): the trained tiny models lifted to the width, "
+                        "with their negative controls; torus: the untrained models whose "
+                        "every draft token is accepted (fixtures/kimi_width.py)")
+    p.add_argument("--width", choices=tuple(lifted.WIDTHS), default="kimi",
+                   help="lifted models: kimi (default; bfloat16, about 24 GB on disk) or "
+                        "small (float32, the suite's copy: minutes)")
     p.add_argument("--models", default=None,
-                   help=f"the Kimi-width models (default {kw.default_folder()}; built there "
-                        "when missing)")
-    p.add_argument("--drafts", default=",".join(kw.DRAFT_NAMES),
-                   help="comma-separated drafts to serve (default: all three)")
+                   help="the models' folder (default: under the tiny models' cache; built "
+                        "there when missing)")
+    p.add_argument("--drafts", default=None,
+                   help="comma-separated drafts to serve (default: all of the construction's)")
+    p.add_argument("--controls", default=",".join(ctl.CONTROL_NAMES),
+                   help="lifted models: comma-separated negative controls to serve "
+                        "(default: all; '' for none)")
     p.add_argument("--tensor-parallel", default="1,2",
                    help="comma-separated tensor-parallel sizes (default 1,2)")
     p.add_argument("--k", type=int, default=3, help="num_speculative_tokens (default 3)")
-    p.add_argument("--prompts", type=int, default=8, help="token-id prompts (default 8)")
-    p.add_argument("--max-tokens", type=int, default=48, help="greedy tokens per prompt")
+    p.add_argument("--prompts", type=int, default=None,
+                   help="prompts (default 16 lifted, 8 torus)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="greedy tokens per prompt (default 64 lifted, 48 torus)")
     p.add_argument("--compiled", action="store_true",
                    help="torch.compile the engines (default on a GPU; on the CPU build "
                         "eager, as compiling adds minutes per engine and nothing at width)")
@@ -120,7 +134,7 @@ def run_cases(cases, args, models: str, out: str, cpu: bool, prompts) -> tuple[d
         spec = {"target": os.path.join(models, "target"),
                 "speculative_config": case.speculative_config(models, args.k),
                 "prompts": prompts, "max_tokens": args.max_tokens,
-                "tensor_parallel": case.tensor_parallel,
+                "tensor_parallel": case.tensor_parallel, "dtype": args.dtype,
                 "enforce_eager": cpu and not args.compiled,
                 "gpu_memory_utilization": None if cpu else args.gpu_memory_utilization}
         if args.parallel == 1:
@@ -165,12 +179,16 @@ def device() -> str:
 def write_report(report: dict, out: str) -> str:
     lines = [f"# Kimi-width run, {report['date']}", "",
              f"vLLM {report['vllm']} ({report['device']}), models {report['models']} "
+             f"({report.get('construction', 'torus')}) "
              f"(recipe {report['recipe_version']}), k={report['k']}, "
              f"{report['prompts']} prompts x {report['max_tokens']} tokens, "
              f"{'compiled' if report['compiled'] else 'eager'}, page cache "
              f"{'dropped before each engine' if report['cold_cache'] else 'as it was'}.", "",
-             report["table"], "", "## The plugin before any weight loads", "",
-             "```", json.dumps(report["plugin_cost"], indent=2), "```", "", "## Checks", ""]
+             report["table"], ""]
+    if report["plugin_cost"] is not None:
+        lines += ["## The plugin before any weight loads", "",
+                  "```", json.dumps(report["plugin_cost"], indent=2), "```", ""]
+    lines += ["## Checks", ""]
     lines += [f"- {'ok' if c['ok'] else 'FAILED'} {c['case']}: {c['check']} {c['detail']}"
               for c in report["checks"]]
     path = os.path.join(out, "report.md")
@@ -183,8 +201,14 @@ def write_report(report: dict, out: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.construction == "lifted":
+        return main_lifted(args)
+    args.dtype = "bfloat16"
+    args.prompts = args.prompts or 8
+    args.max_tokens = args.max_tokens or 48
     try:
-        drafts = tuple(kw.draft_named(d).name for d in args.drafts.split(",") if d)
+        drafts = tuple(kw.draft_named(d).name
+                       for d in (args.drafts or ",".join(kw.DRAFT_NAMES)).split(",") if d)
         sizes = tuple(int(n) for n in args.tensor_parallel.split(",") if n)
     except ValueError as err:
         print(f"vllm-kimi-eagle kimi-width: {err}", file=sys.stderr)
@@ -222,6 +246,92 @@ def main(argv: list[str] | None = None) -> int:
                           for name, r in results.items()},
               "table": verdicts.table(cases, results),
               "checks": [c.__dict__ for c in checks]}
+    path = write_report(report, out)
+    print(report["table"])
+    failed = [c for c in checks if not c.ok]
+    for c in failed:
+        print(f"FAILED {c.case}: {c.check} {c.detail}")
+    print(f"\n{len(checks) - len(failed)}/{len(checks)} checks passed; wrote {path}")
+    return 1 if failed else 0
+
+
+def lifted_prompts(count: int, tiny: str) -> list[list[int]]:
+    """Token ids of held-out prompts in the tiny tokenizer: the suite's engines' first."""
+    from transformers import PreTrainedTokenizerFast
+
+    from vllm_kimi_eagle.fixtures import corpus, offline
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(os.path.join(tiny, "target"))
+    return [tokenizer(corpus.render(p), add_special_tokens=False)["input_ids"]
+            for p in corpus.demo_prompts(count, seed=offline.SUITE_SEED)]
+
+
+def lifted_memory_problem(lift: lifted.Lift, tiny: str) -> str | None:
+    """Why this machine cannot hold the lifted target with its largest draft, or None."""
+    need = lifted.folder_bytes(lift, tiny, lifted.DRAFTS[:1]) / 2**30 + ENGINE_OVERHEAD_GIB
+    with open("/proc/meminfo") as f:
+        info = {line.split(":")[0]: int(line.split()[1]) for line in f}
+    available = info.get("MemAvailable", 0) / 2**20
+    if available < need:
+        return (f"serving the lifted target with its largest draft takes about {need:.1f} "
+                f"GiB of memory; this machine has {available:.1f} GiB available "
+                "(MemAvailable). Stop other processes, or use --width small")
+    return None
+
+
+def main_lifted(args) -> int:
+    """The lifted models and their controls (tools/kimi_width/lifted_verdicts.py)."""
+    import torch
+
+    from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models
+    from vllm_kimi_eagle.tools.kimi_width import lifted_verdicts as lv
+    from vllm_kimi_eagle.tools.kimi_width.replay import reference_acceptance
+
+    lift = lifted.WIDTHS[args.width]
+    args.dtype = "bfloat16" if args.width == "kimi" else "float32"
+    args.prompts = args.prompts or 16
+    args.max_tokens = args.max_tokens or 64
+    try:
+        drafts = lv.drafts_named(args.drafts or ",".join(lifted.DRAFT_NAMES))
+        chosen = tuple(ctl.control_named(c).name for c in args.controls.split(",") if c)
+        sizes = tuple(int(n) for n in args.tensor_parallel.split(",") if n)
+    except ValueError as err:
+        print(f"vllm-kimi-eagle kimi-width: {err}", file=sys.stderr)
+        return 2
+    cpu = cpu_platform()
+    tiny = ensure_tiny_models()
+    models = args.models or os.path.join(
+        os.path.dirname(os.path.abspath(tiny)), f"lifted-{args.width}-v{lifted.RECIPE_VERSION}")
+    problem = lifted_memory_problem(lift, tiny) if cpu else None
+    if problem:
+        print(f"vllm-kimi-eagle kimi-width: {problem}", file=sys.stderr)
+        return 2
+    if not lifted.is_built(models, tiny, lift):
+        need = lifted.folder_bytes(lift, tiny) / 1e9
+        say(f"lifting the tiny models ({tiny}) to {args.width} width into {models} "
+            f"(once; about {need:.1f} GB)")
+        dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
+        lifted.write_models(tiny, models, lift, dtype, progress=lambda l: say(f"  {l}"))
+    out = os.path.abspath(args.out)
+    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    prompts = lifted_prompts(args.prompts, tiny)
+    cases = lv.matrix(drafts, sizes, chosen)
+    say(f"kimi-width (lifted, {args.width}): {len(cases)} engines one at a time, logs in "
+        f"{out}/logs")
+    results, cold = run_cases(cases, args, models, out, cpu, prompts)
+    say("replaying each engine's tokens with the reference models")
+    for name, value in reference_acceptance(cases, results, prompts, args.k, tiny).items():
+        results[name]["reference_acceptance"] = value
+    checks = lv.all_checks(cases, results, args.dtype, gpu=not cpu)
+    report = {"date": datetime.date.today().isoformat(),
+              "vllm": str(vllm_compat.installed_vllm_version()), "device": device(),
+              "models": models, "construction": f"lifted ({args.width}, {args.dtype})",
+              "recipe_version": lifted.RECIPE_VERSION, "k": args.k, "prompts": args.prompts,
+              "max_tokens": args.max_tokens, "compiled": args.compiled or not cpu,
+              "parallel": args.parallel, "cold_cache": cold, "plugin_cost": None,
+              "results": {name: {k: v for k, v in r.items() if k != "token_ids"}
+                          for name, r in results.items()},
+              "table": lv.table(cases, results), "checks": [c.__dict__ for c in checks]}
     path = write_report(report, out)
     print(report["table"])
     failed = [c for c in checks if not c.ok]

@@ -4,7 +4,7 @@
 
 The spec: ``target``, ``speculative_config`` (or null), ``prompts`` (lists of token ids),
 ``max_tokens``, ``tensor_parallel``, ``enforce_eager``, ``max_model_len``,
-``kv_cache_memory_bytes`` (the CPU build), ``gpu_memory_utilization`` (GPUs only). The result: start-up and generation seconds, the
+``kv_cache_memory_bytes`` (the CPU build), ``dtype`` (default bfloat16), ``gpu_memory_utilization`` (GPUs only). The result: start-up and generation seconds, the
 token ids per prompt, the spec-decode counters of the generation (tools/engine_process.py
 prints it), the generation timed after a short warm-up batch.
 """
@@ -24,7 +24,7 @@ def engine_kwargs(spec: dict) -> dict:
     batch of tokens no longer than it (a CPU MLA prefill holds heads x tokens x tokens
     scores at once)."""
     length = spec.get("max_model_len", 256)
-    kwargs = dict(model=spec["target"], dtype=DTYPE, seed=0, disable_log_stats=False,
+    kwargs = dict(model=spec["target"], dtype=spec.get("dtype", DTYPE), seed=0, disable_log_stats=False,
                   max_model_len=length, max_num_batched_tokens=length,
                   max_num_seqs=len(spec["prompts"]),
                   enforce_eager=spec.get("enforce_eager", False),

@@ -1,0 +1,181 @@
+"""The lifted models' engines as data, what each is held to, and its checks. Pure.
+
+The lifted drafts (``fixtures/lifted.py``) compute the trained tiny drafts' function at a
+wide width, so each engine's acceptance is known before it runs: the reference models
+replay the engine's own greedy tokens as vLLM counts them (``offline.served_acceptance``),
+with the engine's serving applied (a control, or RoPE on a NoPE draft under vLLM's class).
+Per engine: it starts, its greedy tokens are the no-draft engine's at the same
+tensor-parallel size (speculation is lossless), drafts are proposed by the class asked
+for, and acceptance is the reference's within ``TOLERANCE``. Per control: its acceptance
+drops below its draft's served right by more than ``LEAST_DROP``. Per draft, the plugin's
+class against vLLM's: tokens, peak memory, weight loading (``verdicts.pair_checks``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllm_kimi_eagle.fixtures import controls as ctl
+from vllm_kimi_eagle.fixtures import lifted
+from vllm_kimi_eagle.tools.gpu_check.verdicts import Check
+from vllm_kimi_eagle.tools.kimi_width.verdicts import CLASS_MODULES, IN_TREE, PLUGIN
+
+# |served - reference| acceptance: float32 engines replay the reference to rounding;
+# bfloat16 ones flip a near-tie now and then.
+TOLERANCE = {"float32": 0.02, "bfloat16": 0.2}
+# The least a control must lose against its draft served right, and more than the run's
+# own noise (TOLERANCE).
+LEAST_DROP = 0.05
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    tensor_parallel: int
+    draft: str | None = None  # a lifted draft
+    draft_class: str | None = None
+    control: str | None = None  # a controls.CONTROLS name
+
+    @property
+    def no_draft(self) -> str:
+        return f"tp{self.tensor_parallel}/none"
+
+    @property
+    def folder(self) -> str | None:
+        """The folder served as the draft."""
+        if self.control and ctl.control_named(self.control).folder:
+            return ctl.control_named(self.control).folder
+        return self.draft
+
+    def right(self) -> str | None:
+        """The case serving this control's draft right (the plugin's class)."""
+        if not self.control:
+            return None
+        return f"tp{self.tensor_parallel}/{self.draft}/{PLUGIN}"
+
+    def twin(self) -> str | None:
+        """vLLM's class's case for a plugin case of a draft served right."""
+        if self.draft_class != PLUGIN or self.control:
+            return None
+        return f"tp{self.tensor_parallel}/{self.draft}/{IN_TREE}"
+
+    def env(self) -> dict[str, str]:
+        return {"VLLM_KIMI_EAGLE_DRAFT": "upstream" if self.draft_class == IN_TREE else "plugin"}
+
+    def speculative_config(self, models: str, k: int) -> dict | None:
+        if self.folder is None:
+            return None
+        return {"method": "eagle3", "model": f"{models}/{self.folder}",
+                "num_speculative_tokens": k}
+
+
+def _in_tree_control(draft: str) -> str | None:
+    """The control that vLLM's class is, on this draft (a NoPE draft served with RoPE)."""
+    for control in ctl.CONTROLS:
+        if control.draft == draft and control.draft_class == IN_TREE and not control.folder:
+            return control.name
+    return None
+
+
+def matrix(drafts: tuple[str, ...], tensor_parallel: tuple[int, ...],
+           control_names: tuple[str, ...] = ctl.CONTROL_NAMES) -> list[Case]:
+    """Per tensor-parallel size: no draft, then each draft with both classes (vLLM's class
+    first at odd sizes, the plugin's at even ones); at the first size also each control
+    written as a folder, served by the plugin's class."""
+    cases = []
+    for i, tp in enumerate(tensor_parallel):
+        cases.append(Case(f"tp{tp}/none", tp))
+        order = (IN_TREE, PLUGIN) if tp % 2 else (PLUGIN, IN_TREE)
+        for draft in drafts:
+            for c in order:
+                control = _in_tree_control(draft) if c == IN_TREE else None
+                cases.append(Case(f"tp{tp}/{draft}/{c}", tp, draft, c,
+                                  control if control in control_names else None))
+        if i == 0:
+            for control in ctl.CONTROLS:
+                if control.folder and control.draft in drafts and control.name in control_names:
+                    cases.append(Case(f"tp{tp}/{control.folder}", tp, control.draft, PLUGIN,
+                                      control.name))
+    return cases
+
+
+def case_checks(case: Case, result: dict, results: dict, dtype: str,
+                gpu: bool = False) -> list[Check]:
+    """One engine's assertions (``result["reference_acceptance"]`` filled in by the run)."""
+    def check(name: str, ok: bool, detail: str) -> Check:
+        return Check(case.name, name, bool(ok), detail)
+
+    if "error" in result:
+        cause = f" (cause: {result['cause'][:300]})" if result.get("cause") else ""
+        return [check("starts", False, result["error"].splitlines()[-1][:300] + cause)]
+    checks = [check("starts", True, f"in {result['start_s']} s")]
+    if gpu:
+        facts = result.get("log_facts", {})
+        checks.append(check("compiled, CUDA graphs", facts.get("compiled") and
+                            facts.get("cuda_graphs"), str(facts.get("cuda_graphs"))))
+    if case.draft is None:
+        return checks
+    none = results.get(case.no_draft, {})
+    same = none.get("token_ids") == result["token_ids"]
+    checks.append(check("greedy tokens as without a draft", same,
+                        "" if same else "the no-draft engine did not run" if "token_ids"
+                        not in none else "differ"))
+    checks.append(check("drafts proposed", result.get("drafts", 0) > 0,
+                        f"{result.get('drafts')} drafts"))
+    loaded_by = result.get("draft_class") or ""
+    checks.append(check("draft class", loaded_by.startswith(CLASS_MODULES[case.draft_class]),
+                        loaded_by or "no loading line from the probe"))
+    served, reference = result.get("acceptance_length") or 0, result.get("reference_acceptance")
+    if reference is not None:
+        checks.append(check("acceptance as the reference replays it",
+                            abs(served - reference) <= TOLERANCE[dtype],
+                            f"{served} served, {reference} by the reference "
+                            f"(within {TOLERANCE[dtype]})"))
+    if case.control:
+        right = results.get(case.right(), {}).get("acceptance_length")
+        drop = None if right is None else round(right - served, 3)
+        least = max(LEAST_DROP, TOLERANCE[dtype])
+        checks.append(check(f"control drops (> {least})", drop is not None and drop > least,
+                            f"{ctl.control_named(case.control).what}: {served} against "
+                            f"{right} served right (drop {drop})"))
+    return checks
+
+
+def all_checks(cases: list[Case], results: dict, dtype: str, gpu: bool = False
+               ) -> list[Check]:
+    from vllm_kimi_eagle.tools.kimi_width.verdicts import pair_checks
+
+    checks = []
+    for case in cases:
+        checks += case_checks(case, results[case.name], results, dtype, gpu)
+        if case.twin():
+            checks += [c for c in pair_checks(case, results[case.name],
+                                              results.get(case.twin()),
+                                              results.get(case.no_draft), gpu)
+                       if not c.check.startswith("counters")]
+    return checks
+
+
+def table(cases: list[Case], results: dict) -> str:
+    """One markdown row per engine: served against the reference's acceptance."""
+    head = ("| engine | control | start s | draft load s | worker peak anon GiB | "
+            "acceptance | reference | drafts | accepted per position | tokens/s |")
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for case in cases:
+        r = results.get(case.name, {})
+        if "error" in r:
+            rows.append(f"| {case.name} | {case.control or ''} | failed: "
+                        f"{r['error'].splitlines()[-1][:120]} |")
+            continue
+        tokens = sum(len(t) for t in r.get("token_ids", []))
+        speed = round(tokens / r["generate_s"], 1) if r.get("generate_s") else "-"
+        rows.append(
+            f"| {case.name} | {case.control or ''} | {r.get('start_s')} | "
+            f"{r.get('draft_load_s', '-')} | {r.get('memory', {}).get('worker_anon_gib', '-')} | "
+            f"{r.get('acceptance_length', '-')} | {r.get('reference_acceptance', '-')} | "
+            f"{r.get('drafts', '-')} | {r.get('accepted_per_position', '-')} | {speed} |")
+    return "\n".join(rows)
+
+
+def drafts_named(names: str) -> tuple[str, ...]:
+    return tuple(lifted.draft_named(n).name for n in names.split(",") if n)
