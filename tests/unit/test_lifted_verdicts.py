@@ -56,7 +56,7 @@ def test_a_right_run_passes_and_serves_every_control(run):
 @pytest.mark.parametrize("fault, check", [
     (lambda r: r["token_ids"][0].__setitem__(2, 99), "greedy tokens as without a draft"),
     (lambda r: r.update(drafts=0), "drafts proposed"),
-    (lambda r: r.update(acceptance_length=r["acceptance_length"] - 0.03),
+    (lambda r: r.update(acceptance_length=r["acceptance_length"] - 0.1),
      "acceptance as the reference replays it"),
     (lambda r: r.update(draft_class="vllm.model_executor.models.deepseek_eagle3.X"),
      "draft class"),

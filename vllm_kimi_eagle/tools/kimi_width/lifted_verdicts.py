@@ -20,9 +20,10 @@ from vllm_kimi_eagle.fixtures import lifted
 from vllm_kimi_eagle.tools.gpu_check.verdicts import Check
 from vllm_kimi_eagle.tools.kimi_width.verdicts import CLASS_MODULES, IN_TREE, PLUGIN
 
-# |served - reference| acceptance: float32 engines replay the reference to rounding;
-# bfloat16 ones flip a near-tie now and then.
-TOLERANCE = {"float32": 0.02, "bfloat16": 0.2}
+# |served - reference| acceptance. The replay stops k tokens before each request's end,
+# where vLLM still drafts: served runs up to 0.03 below it in float32; bfloat16 engines
+# also flip a near-tie now and then.
+TOLERANCE = {"float32": 0.05, "bfloat16": 0.2}
 # The least a control must lose against its draft served right, and more than the run's
 # own noise (TOLERANCE).
 LEAST_DROP = 0.05
