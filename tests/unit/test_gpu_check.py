@@ -23,6 +23,7 @@ from vllm_kimi_eagle.tools.gpu_check.verdicts import (
     format_table,
     log_facts,
     report_rows,
+    tripped_on_neighbours,
 )
 
 ON_LINE = ("vllm-kimi-eagle: greedy draft-token shortcut (vLLM's use_local_argmax_reduction) "
@@ -147,5 +148,5 @@ def test_gpu_check_says_which_runner_serves_a_k_schedule():
 def test_a_case_that_tripped_on_its_neighbours_runs_again_alone(cause, again):
     # The first cause is the line an engine printed on an H200 (vLLM 0.26.0) with three
     # engines starting beside it.
-    assert cli.tripped_on_neighbours({"error": "engine failed", "cause": cause}) is again
-    assert cli.tripped_on_neighbours({"token_ids": []}) is False
+    assert tripped_on_neighbours({"error": "engine failed", "cause": cause}) is again
+    assert tripped_on_neighbours({"token_ids": []}) is False

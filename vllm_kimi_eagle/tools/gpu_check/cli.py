@@ -22,6 +22,7 @@ from vllm_kimi_eagle.tools.gpu_check.verdicts import (
     format_table,
     log_facts,
     report_rows,
+    tripped_on_neighbours,
 )
 from vllm_kimi_eagle.tools.progress import say
 
@@ -34,10 +35,6 @@ NEEDS = ("gpu-check needs a CUDA GPU and the CUDA build of vLLM (pip install vll
 # The GPU MLA prefill backends accept only these head dims (Kimi's and DeepSeek's).
 GPU_HEAD_DIMS = {"qk_nope_head_dim": 128, "v_head_dim": 128}
 CASE_TIMEOUT_S = 1200
-# vLLM's start-up memory profiling counts what other processes on the GPU allocate or free
-# meanwhile; engines started side by side can trip it (an assertion, or no memory left for
-# the KV cache). Such a case runs again alone.
-PROFILING_RACES = ("Error in memory profiling", "No available memory for the cache blocks")
 
 
 def cuda_problem() -> str | None:
@@ -66,11 +63,6 @@ def head_dims_problem(models: str) -> str | None:
     return (f"{models}/target/config.json has {wrong}; vLLM's GPU MLA backends need "
             f"{GPU_HEAD_DIMS}. Rebuild the tiny models with this release's builder "
             "(vllm-kimi-eagle build-tiny --force) or point --models to such a build.")
-
-
-def tripped_on_neighbours(result: dict) -> bool:
-    """Whether an engine failed where engines started beside it can make it fail."""
-    return any(race in result.get("cause", "") for race in PROFILING_RACES)
 
 
 def run_case(case: Case, args, models: str, out: str) -> tuple[dict, str]:

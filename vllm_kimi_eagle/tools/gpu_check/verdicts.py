@@ -7,6 +7,16 @@ from dataclasses import dataclass
 
 from vllm_kimi_eagle.tools.gpu_check.matrix import PLUGIN, Case
 
+# vLLM's start-up memory profiling counts what other processes on the GPU allocate or free
+# meanwhile; engines started side by side can trip it (an assertion, or no memory left for
+# the KV cache). Such a case runs again alone.
+PROFILING_RACES = ("Error in memory profiling", "No available memory for the cache blocks")
+
+
+def tripped_on_neighbours(result: dict) -> bool:
+    """Whether an engine failed where engines started beside it can make it fail."""
+    return any(race in result.get("cause", "") for race in PROFILING_RACES)
+
 # Facts read from an engine's log: the first match of each pattern (None: no match).
 LOG_PATTERNS = {
     "v2_runner": r"Using V2 Model Runner",
