@@ -198,6 +198,17 @@ def write_report(report: dict, out: str) -> str:
     return path
 
 
+def finish(report: dict, checks, out: str) -> int:
+    """Write the report, print its table and failures; the exit code."""
+    path = write_report(report, out)
+    print(report["table"])
+    failed = [c for c in checks if not c.ok]
+    for c in failed:
+        print(f"FAILED {c.case}: {c.check} {c.detail}")
+    print(f"\n{len(checks) - len(failed)}/{len(checks)} checks passed; wrote {path}")
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if args.construction == "lifted":
@@ -245,13 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                           for name, r in results.items()},
               "table": verdicts.table(cases, results),
               "checks": [c.__dict__ for c in checks]}
-    path = write_report(report, out)
-    print(report["table"])
-    failed = [c for c in checks if not c.ok]
-    for c in failed:
-        print(f"FAILED {c.case}: {c.check} {c.detail}")
-    print(f"\n{len(checks) - len(failed)}/{len(checks)} checks passed; wrote {path}")
-    return 1 if failed else 0
+    return finish(report, checks, out)
 
 
 def lifted_prompts(count: int, tiny: str) -> list[list[int]]:
@@ -331,13 +336,7 @@ def main_lifted(args) -> int:
               "results": {name: {k: v for k, v in r.items() if k != "token_ids"}
                           for name, r in results.items()},
               "table": lv.table(cases, results), "checks": [c.__dict__ for c in checks]}
-    path = write_report(report, out)
-    print(report["table"])
-    failed = [c for c in checks if not c.ok]
-    for c in failed:
-        print(f"FAILED {c.case}: {c.check} {c.detail}")
-    print(f"\n{len(checks) - len(failed)}/{len(checks)} checks passed; wrote {path}")
-    return 1 if failed else 0
+    return finish(report, checks, out)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from vllm_kimi_eagle.fixtures import controls as ctl
 from vllm_kimi_eagle.fixtures import lifted
 from vllm_kimi_eagle.tools.gpu_check.verdicts import Check
+from vllm_kimi_eagle.tools.kimi_width import verdicts
 from vllm_kimi_eagle.tools.kimi_width.verdicts import CLASS_MODULES, IN_TREE, PLUGIN
 
 # |served - reference| acceptance. The replay stops k tokens before each request's end,
@@ -30,20 +31,13 @@ LEAST_DROP = 0.05
 
 
 @dataclass(frozen=True)
-class Case:
-    name: str
-    tensor_parallel: int
-    draft: str | None = None  # a lifted draft
-    draft_class: str | None = None
+class Case(verdicts.Case):
+    """A torus-models case with, where it serves one, a negative control."""
+
     control: str | None = None  # a controls.CONTROLS name
 
     @property
-    def no_draft(self) -> str:
-        return f"tp{self.tensor_parallel}/none"
-
-    @property
     def folder(self) -> str | None:
-        """The folder served as the draft."""
         if self.control and ctl.control_named(self.control).folder:
             return ctl.control_named(self.control).folder
         return self.draft
@@ -56,18 +50,7 @@ class Case:
 
     def twin(self) -> str | None:
         """vLLM's class's case for a plugin case of a draft served right."""
-        if self.draft_class != PLUGIN or self.control:
-            return None
-        return f"tp{self.tensor_parallel}/{self.draft}/{IN_TREE}"
-
-    def env(self) -> dict[str, str]:
-        return {"VLLM_KIMI_EAGLE_DRAFT": "upstream" if self.draft_class == IN_TREE else "plugin"}
-
-    def speculative_config(self, models: str, k: int) -> dict | None:
-        if self.folder is None:
-            return None
-        return {"method": "eagle3", "model": f"{models}/{self.folder}",
-                "num_speculative_tokens": k}
+        return None if self.control else super().twin()
 
 
 def _in_tree_control(draft: str) -> str | None:
@@ -144,13 +127,11 @@ def case_checks(case: Case, result: dict, results: dict, dtype: str,
 
 def all_checks(cases: list[Case], results: dict, dtype: str, gpu: bool = False
                ) -> list[Check]:
-    from vllm_kimi_eagle.tools.kimi_width.verdicts import pair_checks
-
     checks = []
     for case in cases:
         checks += case_checks(case, results[case.name], results, dtype, gpu)
         if case.twin():
-            checks += [c for c in pair_checks(case, results[case.name],
+            checks += [c for c in verdicts.pair_checks(case, results[case.name],
                                               results.get(case.twin()),
                                               results.get(case.no_draft), gpu)
                        if not c.check.startswith("counters")]

@@ -49,10 +49,15 @@ class Case:
     def env(self) -> dict[str, str]:
         return {"VLLM_KIMI_EAGLE_DRAFT": "upstream" if self.draft_class == IN_TREE else "plugin"}
 
+    @property
+    def folder(self) -> str | None:
+        """The folder served as the draft."""
+        return self.draft
+
     def speculative_config(self, models: str, k: int) -> dict | None:
-        if self.draft is None:
+        if self.folder is None:
             return None
-        return {"method": "eagle3", "model": f"{models}/{self.draft}",
+        return {"method": "eagle3", "model": f"{models}/{self.folder}",
                 "num_speculative_tokens": k}
 
 
