@@ -14,7 +14,8 @@ either draft class (docs/measurements.md, "Kimi width").
 The mend, while the CPU model runner loads a model with a drafter: input embeddings are
 packed only when first used as a linear layer (a tied LM head; never, for a plain input
 embedding), and one ``gc.collect()`` after the drafter has loaded, with one INFO line
-saying what both returned. A runner without a drafter loads as vLLM does; a process that
+saying what both returned: how many of the vocabulary tables loaded the collection freed
+(held by weak references), and the memory the process gave back. A runner without a drafter loads as vLLM does; a process that
 never imports the CPU runner (an API server, a GPU worker) installs nothing
 (``patching.when_imported``).
 """
@@ -22,44 +23,73 @@ never imports the CPU runner (an API server, a GPU worker) installs nothing
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import gc
 import importlib
 import logging
 import sys
+import weakref
 
 from vllm_kimi_eagle import patching, vllm_compat
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
+@dataclasses.dataclass
+class _Load:
+    """What a CPU runner with a drafter loaded: the bytes of packing not made, and every
+    vocabulary table (a weak reference and its bytes), to count those the collection
+    frees."""
+
+    unpacked: list[int] = dataclasses.field(default_factory=list)
+    tables: list[tuple[weakref.ref, int]] = dataclasses.field(default_factory=list)
+
+    def alive(self) -> list[int]:
+        return [size for ref, size in self.tables if ref() is not None]
+
+
 # Set while a CPU runner with a drafter loads its models.
-_DRAFTING_LOAD: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+_DRAFTING_LOAD: contextvars.ContextVar[_Load | None] = contextvars.ContextVar(
     "vllm_kimi_eagle_drafting_load", default=None)
 _LATER = "_vllm_kimi_eagle_pack_when_used"
 
 
+def status_kib(pid: int | str = "self", fields: tuple[str, ...] = ("RssAnon", "VmRSS")
+               ) -> dict[str, int]:
+    """Memory fields of ``/proc/PID/status`` (this process's by default), in KiB; {} where
+    there is no /proc or the process has gone. The one reader of it: the mend's line,
+    ``kimi-width``'s sampler and its loading probe."""
+    found = {}
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key in fields:
+                    found[key] = int(value.split()[0])
+    except (OSError, ValueError):
+        return {}
+    return found
+
+
 def anonymous_mib() -> float | None:
     """This process's anonymous resident memory (RssAnon), MiB; None without /proc."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, ValueError):
-        pass
-    return None
+    kib = status_kib("self", ("RssAnon",)).get("RssAnon")
+    return None if kib is None else kib / 1024
 
 
 def log_line(unpacked_mib: float, before: float | None, after: float | None, found: int,
-             model_drafter: bool = True) -> str:
+             model_drafter: bool = True, freed: tuple[int, int, float] | None = None) -> str:
     """What the mend did; ``model_drafter``: the drafter is a model (an n-gram drafter has
-    no tensors for vLLM's proposer to replace)."""
+    no tensors for vLLM's proposer to replace); ``freed``: (vocabulary tables the
+    collection freed, tables loaded, MiB freed)."""
     returned = f"{before - after:.1f} MiB returned" if before is not None and after is not None \
         else "memory not read (no /proc)"
+    tables = "" if freed is None else (
+        f"{freed[0]} of the {freed[1]} vocabulary tables loaded freed ({freed[2]:.1f} MiB); ")
     what = (": the draft tensors vLLM's proposer replaced with the target's"
             if model_drafter else "")
     return (f"input embeddings left unpacked until used as a linear layer ({unpacked_mib:.1f} "
             f"MiB of packing not made); collected after the drafter loaded ({found} objects "
-            f"in cycles; {returned}){what}")
+            f"in cycles; {tables}{returned}){what}")
 
 
 def _collect_after(load_model):
@@ -67,17 +97,20 @@ def _collect_after(load_model):
     def wrapper(self, *args, **kwargs):
         if not hasattr(self, "drafter"):
             return load_model(self, *args, **kwargs)
-        unpacked: list[int] = []
-        token = _DRAFTING_LOAD.set(unpacked)
+        load = _Load()
+        token = _DRAFTING_LOAD.set(load)
         try:
             result = load_model(self, *args, **kwargs)
         finally:
             _DRAFTING_LOAD.reset(token)
-        before = anonymous_mib()
+        before, alive = anonymous_mib(), load.alive()
         found = gc.collect()
+        still = load.alive()
+        freed = (len(alive) - len(still), len(load.tables), (sum(alive) - sum(still)) / 2**20)
         model_drafter = getattr(self.drafter, "model", None) is not None
-        logger.info("vllm-kimi-eagle: %s", log_line(sum(unpacked) / 2**20, before,
-                                                     anonymous_mib(), found, model_drafter))
+        logger.info("vllm-kimi-eagle: %s", log_line(sum(load.unpacked) / 2**20, before,
+                                                     anonymous_mib(), found, model_drafter,
+                                                     freed))
         return result
     return wrapper
 
@@ -91,11 +124,15 @@ def _is_lm_head(layer) -> bool:
 def _pack_when_used(process):
     @functools.wraps(process)
     def wrapper(self, layer, *args, **kwargs):
-        unpacked = _DRAFTING_LOAD.get()
-        if unpacked is None or _is_lm_head(layer) or getattr(layer.weight, "is_meta", False):
+        load = _DRAFTING_LOAD.get()
+        if load is None or getattr(layer.weight, "is_meta", False):
+            return process(self, layer, *args, **kwargs)
+        size = layer.weight.numel() * layer.weight.element_size()
+        load.tables.append((weakref.ref(layer.weight), size))
+        if _is_lm_head(layer):
             return process(self, layer, *args, **kwargs)
         setattr(layer, _LATER, True)  # apply() packs it, should it ever be a linear layer
-        unpacked.append(layer.weight.numel() * layer.weight.element_size())
+        load.unpacked.append(size)
         return None
     return wrapper
 

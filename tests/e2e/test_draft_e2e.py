@@ -123,17 +123,20 @@ def test_the_cpu_runner_holds_no_unused_vocabulary_table(tiny):
     """The plugin's CPU mend (cpu_memory.py) in an engine with a draft: the input
     embeddings (the target's and the draft's: 2 x 512 x 256 float32) are not packed for a
     linear use they never have, and the draft tables vLLM's proposer replaced with the
-    target's (the base draft's are the target's) are collected; the line says so, the
-    tokens are the lossless ones (test_greedy_output_is_lossless, the same engine). An
-    engine without a draft loads as vLLM does."""
+    target's (the base draft's are the target's) are freed by the collection, counted by
+    weak references; the line says so, the tokens are the lossless ones
+    (test_greedy_output_is_lossless, the same engine). An engine without a draft loads as
+    vLLM does."""
     spec, base = engine(tiny, BASE), engine(tiny, None)
     assert served(spec)["drafts"] > 0
     assert "Sharing target model embedding weights with the draft model" in spec["_log"]
     lines = [line for line in spec["_log"].splitlines() if "collected after the drafter" in line]
     assert len(lines) == 1, lines
     assert "(1.0 MiB of packing not made)" in lines[0], lines[0]
-    found = int(lines[0].split("(")[-1].split(" objects")[0])
-    assert found > 0 and "MiB returned" in lines[0], lines[0]
+    # The two draft tables the proposer replaced are freed by the collection, not merely
+    # some objects (the process gives 1 MiB back to no measurable RSS: the figure at
+    # Kimi's width is docs/measurements.md's).
+    assert "2 of the 4 vocabulary tables loaded freed (1.0 MiB)" in lines[0], lines[0]
     assert "collected after the drafter" not in base["_log"]
 
 

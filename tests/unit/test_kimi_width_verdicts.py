@@ -56,7 +56,6 @@ def test_every_engine_of_a_right_run_passes(run):
     (lambda r: r.update(accepted_per_position=[6, 6, 5]), "counters as vLLM's class"),
     (lambda r: r["memory"].update(worker_anon_gib=17.5), "worker peak memory <= 1.02x"),
     (lambda r: r.update(draft_load_anon_gib=3.4), "memory the draft's loading added <= 1.02x"),
-    (lambda r: r.update(draft_load_s=5.6), "draft loading <= 1.1x"),
 ])
 def test_each_fault_of_the_plugins_engine_fails_its_check(run, fault, check):
     cases, results = run
@@ -65,6 +64,18 @@ def test_each_fault_of_the_plugins_engine_fails_its_check(run, fault, check):
     fault(results[name])
     failed = _failed(cases, results)
     assert (name, check) in failed and {n for n, _ in failed} == {name}, failed
+
+
+def test_draft_loading_is_compared_over_the_run_not_per_cold_load(run):
+    """One cold-disk load varies by a third either way; the run's sum must stay within
+    1.1x of vLLM's class."""
+    cases, results = run
+    results = copy.deepcopy(results)
+    results[f"tp1/{DRAFT}/plugin"].update(draft_load_s=6.5)  # 1.3x here, 0.7x there
+    results[f"tp2/{DRAFT}/plugin"].update(draft_load_s=3.5)
+    assert _failed(cases, results) == []
+    results[f"tp2/{DRAFT}/plugin"].update(draft_load_s=5.6)
+    assert _failed(cases, results) == [("all pairs", "draft loading over the run <= 1.1x")]
 
 
 def test_an_engine_that_did_not_start_fails_and_names_why(run):

@@ -79,7 +79,7 @@ def run_case(case: Case, args, models: str, out: str) -> tuple[dict, str]:
     env = {**os.environ, **case.env(), "VLLM_CACHE_ROOT": os.path.join(out, "cache", safe)}
     log_path = os.path.join(out, "logs", f"{safe}.log")
     result = engine_process.run(
-        [sys.executable, "-m", "vllm_kimi_eagle.tools.gpu_check.engine_case", json.dumps(spec)],
+        [sys.executable, "-m", "vllm_kimi_eagle.tools.engine_case", json.dumps(spec)],
         log_path, env, CASE_TIMEOUT_S)
     with open(log_path, errors="replace") as f:
         return result, f.read()

@@ -132,7 +132,8 @@ def run_cases(cases, args, models: str, out: str, cpu: bool, prompts) -> tuple[d
     def one(case) -> None:
         spec = {"target": os.path.join(models, "target"),
                 "speculative_config": case.speculative_config(models, args.k),
-                "prompts": prompts, "max_tokens": args.max_tokens,
+                "prompt_ids": prompts, "max_tokens": args.max_tokens, "warm_up": 8,
+                "max_model_len": 256, "batch_to_length": True,
                 "tensor_parallel": case.tensor_parallel, "dtype": args.dtype,
                 "enforce_eager": cpu and not args.compiled,
                 "gpu_memory_utilization": None if cpu else args.gpu_memory_utilization}

@@ -8,7 +8,8 @@ Per engine: it starts, its greedy tokens are the no-draft engine's at the same
 tensor-parallel size (speculation is lossless), drafts are proposed by the class asked
 for, and acceptance is the reference's within ``TOLERANCE``. Per control: its acceptance
 drops below its draft's served right by more than ``LEAST_DROP``. Per draft, the plugin's
-class against vLLM's: tokens, peak memory, weight loading (``verdicts.pair_checks``).
+class against vLLM's: tokens, peak memory (``verdicts.pair_checks``); over the run, weight
+loading (``verdicts.loading_check``).
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def all_checks(cases: list[Case], results: dict, dtype: str, gpu: bool = False
                                               results.get(case.twin()),
                                               results.get(case.no_draft), gpu)
                        if not c.check.startswith("counters")]
-    return checks
+    return checks + verdicts.loading_check(cases, results)
 
 
 def table(cases: list[Case], results: dict) -> str:

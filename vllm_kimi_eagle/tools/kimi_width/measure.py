@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+from vllm_kimi_eagle import cpu_memory
 from vllm_kimi_eagle.tools import engine_process
 from vllm_kimi_eagle.tools.vllm_server import descendants
 
@@ -26,16 +27,7 @@ FIELDS = ("RssAnon", "VmRSS")
 
 def status_kib(pid: int) -> dict[str, int]:
     """RssAnon and VmRSS of a process, in KiB ({} once it has gone)."""
-    found = {}
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key in FIELDS:
-                    found[key] = int(value.split()[0])
-    except (OSError, ValueError):
-        return {}
-    return found
+    return cpu_memory.status_kib(pid, FIELDS)
 
 
 class MemorySampler:
@@ -151,7 +143,7 @@ def run_case(spec: dict, env: dict, log_path: str, timeout: float) -> dict:
 
     env = dict(env)
     env["PYTHONPATH"] = os.pathsep.join([PROBE, *filter(None, [env.get("PYTHONPATH")])])
-    command = [sys.executable, "-m", "vllm_kimi_eagle.tools.kimi_width.engine_case",
+    command = [sys.executable, "-m", "vllm_kimi_eagle.tools.engine_case",
                json.dumps(spec)]
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     started = time.perf_counter()

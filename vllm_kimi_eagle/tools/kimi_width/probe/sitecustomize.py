@@ -6,11 +6,11 @@ vLLM logs its own "Loading weights took" once per process (``info_once``), so th
 loading, which comes second, is never logged; this line is what the measurement reads.
 """
 
-import importlib.abc
-import importlib.util
 import json
 import sys
 import time
+
+from vllm_kimi_eagle import cpu_memory, patching
 
 PREFIX = "VLLM_KIMI_EAGLE_LOAD "
 MODULE = "vllm.model_executor.model_loader.default_loader"
@@ -19,12 +19,7 @@ MODULE = "vllm.model_executor.model_loader.default_loader"
 def memory_kib() -> dict:
     """This process's resident memory now (anonymous and all) and its peak, in KiB, and
     what torch holds on the GPU where one is in use."""
-    found = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM", "RssAnon"):
-                found[key] = int(value.split()[0])
+    found = cpu_memory.status_kib("self", ("VmRSS", "VmHWM", "RssAnon"))
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         found["cuda_allocated"] = torch.cuda.memory_allocated() // 1024
@@ -58,22 +53,4 @@ def _wrap(module) -> None:
     loader.load_weights = load_weights
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Wraps the loader right after vLLM imports its module, in whichever process."""
-
-    def find_spec(self, name, path, target=None):
-        if name != MODULE:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(name)
-        execute = spec.loader.exec_module
-
-        def exec_module(module):
-            execute(module)
-            _wrap(module)
-
-        spec.loader.exec_module = exec_module
-        return spec
-
-
-sys.meta_path.insert(0, _AfterImport())
+patching.when_imported(MODULE, lambda: _wrap(sys.modules[MODULE]))
