@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from vllm_kimi_eagle.fixtures import controls as ctl
-from vllm_kimi_eagle.fixtures import lifted, margins, offline
+from vllm_kimi_eagle.fixtures import corpus, lifted, margins, offline
 from vllm_kimi_eagle.fixtures.variants import TRAINED
 from vllm_kimi_eagle.tools.kimi_width.lifted_verdicts import LEAST_DROP
 
@@ -32,9 +32,26 @@ def models(tiny, small):
     tokenizer = PreTrainedTokenizerFast.from_pretrained(os.path.join(tiny, "target"))
     tiny_target = offline.load_target_folder(os.path.join(tiny, "target"))
     wide_target = offline.load_target_folder(os.path.join(small, "target"))
-    generations = offline.greedy_generations(tiny_target, tokenizer, offline.SUITE_PROMPTS,
-                                             seed=offline.SUITE_SEED)
+    generations = []
+    with torch.no_grad():
+        for instruction in corpus.demo_prompts(offline.SUITE_PROMPTS, seed=offline.SUITE_SEED):
+            ids = tokenizer(corpus.render(instruction), add_special_tokens=False)["input_ids"]
+            seq = tiny_target.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False,
+                                       pad_token_id=tokenizer.pad_token_id)[0]
+            generations.append((len(ids), seq))
     return tiny_target, wide_target, generations
+
+
+@pytest.fixture(scope="module")
+def right(small, models):
+    """Each lifted draft's acceptance as served right, and its reference model."""
+    _, wide_target, generations = models
+    out = {}
+    for draft in lifted.DRAFTS:
+        reference = offline.load_draft_folder(os.path.join(small, draft.name), wide_target)
+        capture = TRAINED[draft.trained].capture
+        out[draft.name] = (acceptance(wide_target, reference, generations, capture), reference)
+    return out
 
 
 def acceptance(target, draft, generations, capture) -> float:
@@ -57,31 +74,29 @@ def test_the_lifted_target_computes_the_tiny_targets_function(models):
 
 
 @pytest.mark.parametrize("draft", lifted.DRAFTS, ids=lifted.DRAFT_NAMES)
-def test_each_lifted_draft_is_accepted_as_its_tiny_draft(tiny, small, models, draft):
-    tiny_target, wide_target, generations = models
+def test_each_lifted_draft_is_accepted_as_its_tiny_draft(tiny, models, right, draft):
+    tiny_target, _, generations = models
     capture = TRAINED[draft.trained].capture
     as_tiny = acceptance(tiny_target, offline.load_draft_folder(
         os.path.join(tiny, draft.source), tiny_target), generations, capture)
-    wide = offline.load_draft_folder(os.path.join(small, draft.name), wide_target)
-    as_lifted = acceptance(wide_target, wide, generations, capture)
+    as_lifted = right[draft.name][0]
     print(f"\n{draft.name}: {as_lifted:.4f} lifted, {as_tiny:.4f} tiny")
     assert as_tiny > 2.3
     assert abs(as_lifted - as_tiny) < 1e-3
 
 
 @pytest.mark.parametrize("control", ctl.CONTROLS, ids=ctl.CONTROL_NAMES)
-def test_each_control_loses_acceptance(small, models, control):
+def test_each_control_loses_acceptance(small, models, right, control):
     """The change applied to the reference models, and (where the control is a folder)
     the folder as written, read back: both lose more than LEAST_DROP."""
     _, wide_target, generations = models
     draft = lifted.draft_named(control.draft)
     capture = TRAINED[draft.trained].capture
-    reference = offline.load_draft_folder(os.path.join(small, draft.name), wide_target)
-    right = acceptance(wide_target, reference, generations, capture)
+    as_right, reference = right[draft.name]
     with ctl.applied(control, wide_target, reference, capture) as (served, ids):
         wrong = acceptance(wide_target, served, generations, ids)
-    print(f"\n{control.name} ({control.what}): {wrong:.4f} against {right:.4f} right")
-    assert right - wrong > LEAST_DROP
+    print(f"\n{control.name} ({control.what}): {wrong:.4f} against {as_right:.4f} right")
+    assert as_right - wrong > LEAST_DROP
     if control.folder:
         written = offline.load_draft_folder(os.path.join(small, control.folder), wide_target)
         with open(os.path.join(small, control.folder, "config.json")) as f:
