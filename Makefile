@@ -6,8 +6,9 @@
 #   make test-fast   everything but the tests marked engine (unit + integration; builds the
 #                    tiny models once if they are not cached)
 #   make gpu-check   on a CUDA GPU with the CUDA vLLM build: the GPU matrix (docs/gpu.md)
-#   make kimi-width  both draft classes on Kimi-width models (21 GB, built once; about an
-#                    hour on 2 cores and 24 GiB): a report (docs/kimi-width.md)
+#   make kimi-width  both draft classes on the trained models lifted to Kimi's width, with
+#                    negative controls (18 GB, built once; 50 minutes on 2 cores and
+#                    24 GiB): a report (docs/kimi-width.md)
 #   make mutation    mutmut over the decision modules with their unit tests, a score each
 #   make test-cuda   the suite on PyPI's CUDA build of vLLM (CUDA_VLLM_VERSION, 0.33.0), on
 #                    this CPU box without a GPU: every test that needs no device; the

@@ -160,7 +160,7 @@ def parse_args(argv):
     p.add_argument("--timing-tokens", type=int, default=128)
     p.add_argument("--kimi-width", action="store_true",
                    help="also serve the lifted Kimi-width models and their negative "
-                        "controls (built there, about 20 GB: vllm-kimi-eagle kimi-width), "
+                        "controls (built there, 18 GB: vllm-kimi-eagle kimi-width), "
                         "both classes, compiled with CUDA graphs; with --no-matrix "
                         "--no-timing only them")
     p.add_argument("--kimi-width-drafts", default=",".join(KIMI_WIDTH_DRAFTS),

@@ -6,6 +6,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -313,6 +314,14 @@ def main_lifted(args) -> int:
         return 2
     if not lifted.is_built(models, tiny, lift):
         need = lifted.folder_bytes(lift, tiny) / 1e9
+        parent = os.path.dirname(os.path.abspath(models.rstrip("/")))
+        os.makedirs(parent, exist_ok=True)
+        free = shutil.disk_usage(parent).free / 1e9
+        if free < need + 1:
+            print(f"vllm-kimi-eagle kimi-width: the lifted models need about {need:.1f} GB "
+                  f"(and 1 GB to spare) under {parent}, which has {free:.1f} GB free; free "
+                  "some space or write them elsewhere (--models)", file=sys.stderr)
+            return 2
         say(f"lifting the tiny models ({tiny}) to {args.width} width into {models} "
             f"(once; about {need:.1f} GB)")
         dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
