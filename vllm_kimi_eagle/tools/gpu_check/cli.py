@@ -164,8 +164,8 @@ def parse_args(argv):
                         "both classes, compiled with CUDA graphs; with --no-matrix "
                         "--no-timing only them")
     p.add_argument("--kimi-width-drafts", default=",".join(KIMI_WIDTH_DRAFTS),
-                   help="the Kimi-width drafts to serve (default: %(default)s, sized for "
-                        "15 minutes on one H100)")
+                   help="the lifted Kimi-width drafts to serve, with their controls "
+                        "(default: %(default)s)")
     p.add_argument("--kimi-width-models", default=None,
                    help="where the Kimi-width models are or are built (kimi-width --models)")
     # For developers checking the orchestration on the CPU build: not a GPU check.
