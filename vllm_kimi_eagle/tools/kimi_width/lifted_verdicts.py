@@ -20,7 +20,7 @@ from vllm_kimi_eagle.fixtures import controls as ctl
 from vllm_kimi_eagle.fixtures import lifted
 from vllm_kimi_eagle.tools.gpu_check.verdicts import Check
 from vllm_kimi_eagle.tools.kimi_width import verdicts
-from vllm_kimi_eagle.tools.kimi_width.verdicts import CLASS_MODULES, IN_TREE, PLUGIN
+from vllm_kimi_eagle.tools.kimi_width.verdicts import IN_TREE, PLUGIN
 
 # |served - reference| acceptance. The replay stops k tokens before each request's end,
 # where vLLM still drafts: served runs up to 0.03 below it in float32; bfloat16 engines
@@ -90,26 +90,15 @@ def case_checks(case: Case, result: dict, results: dict, dtype: str,
     def check(name: str, ok: bool, detail: str) -> Check:
         return Check(case.name, name, bool(ok), detail)
 
-    if "error" in result:
-        cause = f" (cause: {result['cause'][:300]})" if result.get("cause") else ""
-        return [check("starts", False, result["error"].splitlines()[-1][:300] + cause)]
-    checks = [check("starts", True, f"in {result['start_s']} s")]
-    if gpu:
-        facts = result.get("log_facts", {})
-        checks.append(check("compiled, CUDA graphs", facts.get("compiled") and
-                            facts.get("cuda_graphs"), str(facts.get("cuda_graphs"))))
-    if case.draft is None:
+    checks = verdicts.start_checks(case, result, gpu)
+    if not checks[0].ok or case.draft is None:
         return checks
     none = results.get(case.no_draft, {})
     same = none.get("token_ids") == result["token_ids"]
     checks.append(check("greedy tokens as without a draft", same,
                         "" if same else "the no-draft engine did not run" if "token_ids"
                         not in none else "differ"))
-    checks.append(check("drafts proposed", result.get("drafts", 0) > 0,
-                        f"{result.get('drafts')} drafts"))
-    loaded_by = result.get("draft_class") or ""
-    checks.append(check("draft class", loaded_by.startswith(CLASS_MODULES[case.draft_class]),
-                        loaded_by or "no loading line from the probe"))
+    checks += verdicts.draft_checks(case, result)
     served, reference = result.get("acceptance_length") or 0, result.get("reference_acceptance")
     if reference is not None:
         checks.append(check("acceptance as the reference replays it",

@@ -74,6 +74,32 @@ def matrix(drafts: tuple[str, ...], tensor_parallel: tuple[int, ...]) -> list[Ca
     return cases
 
 
+def start_checks(case: Case, result: dict, gpu: bool = False) -> list[Check]:
+    """That the engine started (the first check; failed, with the cause, where it did
+    not), and on a GPU that it was compiled and captured CUDA graphs (its log says so)."""
+    if "error" in result:
+        cause = f" (cause: {result['cause'][:300]})" if result.get("cause") else ""
+        return [Check(case.name, "starts", False,
+                      result["error"].splitlines()[-1][:300] + cause)]
+    checks = [Check(case.name, "starts", True, f"in {result['start_s']} s")]
+    if gpu:
+        facts = result.get("log_facts", {})
+        checks.append(Check(case.name, "compiled, CUDA graphs",
+                            bool(facts.get("compiled") and facts.get("cuda_graphs")),
+                            str(facts.get("cuda_graphs"))))
+    return checks
+
+
+def draft_checks(case: Case, result: dict) -> list[Check]:
+    """That a draft engine proposed drafts, with the class asked for."""
+    loaded_by = result.get("draft_class") or ""
+    asked = CLASS_MODULES[case.draft_class]
+    return [Check(case.name, "drafts proposed", result.get("drafts", 0) > 0,
+                  f"{result.get('drafts')} drafts"),
+            Check(case.name, "draft class", loaded_by.startswith(asked),
+                  loaded_by or "no loading line from the probe")]
+
+
 def case_checks(case: Case, result: dict, prompts: list[list[int]], width,
                 gpu: bool = False) -> list[Check]:
     """One engine's assertions; on a GPU also that it was compiled and captured CUDA
@@ -81,14 +107,9 @@ def case_checks(case: Case, result: dict, prompts: list[list[int]], width,
     def check(name: str, ok: bool, detail: str) -> Check:
         return Check(case.name, name, bool(ok), detail)
 
-    if "error" in result:
-        cause = f" (cause: {result['cause'][:300]})" if result.get("cause") else ""
-        return [check("starts", False, result["error"].splitlines()[-1][:300] + cause)]
-    checks = [check("starts", True, f"in {result['start_s']} s")]
-    if gpu:
-        facts = result.get("log_facts", {})
-        checks.append(check("compiled, CUDA graphs", facts.get("compiled") and
-                            facts.get("cuda_graphs"), str(facts.get("cuda_graphs"))))
+    checks = start_checks(case, result, gpu)
+    if not checks[0].ok:
+        return checks
     expected = [kw.expected_tokens(p, len(t), width)
                 for p, t in zip(prompts, result["token_ids"])]
     right = sum(a == b for a, b in zip(result["token_ids"], expected))
@@ -96,11 +117,7 @@ def case_checks(case: Case, result: dict, prompts: list[list[int]], width,
                         f"{right}/{len(prompts)} prompts"))
     if case.draft is None:
         return checks
-    checks.append(check("drafts proposed", result.get("drafts", 0) > 0,
-                        f"{result.get('drafts')} drafts"))
-    loaded_by = result.get("draft_class") or ""
-    checks.append(check("draft class", loaded_by.startswith(CLASS_MODULES[case.draft_class]),
-                        loaded_by or "no loading line from the probe"))
+    checks += draft_checks(case, result)
     length = result.get("acceptance_length") or 0
     checks.append(check("acceptance as built", length >= LEAST_ACCEPTANCE,
                         f"{length} (k+1 by construction; a wrong mapping gives about 1)"))
