@@ -6,7 +6,6 @@ import argparse
 import datetime
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ import time
 from vllm_kimi_eagle.fixtures import controls as ctl
 from vllm_kimi_eagle.fixtures import kimi_width as kw
 from vllm_kimi_eagle.fixtures import lifted
+from vllm_kimi_eagle.fixtures import streamed_safetensors as streamed
 from vllm_kimi_eagle import vllm_compat
 from vllm_kimi_eagle.tools import engine_process
 from vllm_kimi_eagle.tools.kimi_width import __doc__ as DESCRIPTION
@@ -65,18 +65,23 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def memory_problem(models: str, drafts: tuple[str, ...]) -> str | None:
-    """Why this machine cannot hold the target and the largest draft, or None."""
-    sizes = kw.folder_bytes(kw.KIMI, tuple(kw.draft_named(d) for d in drafts))
-    need = (sizes["target"] + max((sizes[d] for d in drafts), default=0)) / 2**30 \
-        + ENGINE_OVERHEAD_GIB
+def available_gib() -> float | None:
+    """This machine's MemAvailable, GiB; None without /proc."""
     try:
         with open("/proc/meminfo") as f:
             info = {line.split(":")[0]: int(line.split()[1]) for line in f}
     except OSError:
         return None
-    available = info.get("MemAvailable", 0) / 2**20
-    if available < need:
+    return info.get("MemAvailable", 0) / 2**20
+
+
+def memory_problem(models: str, drafts: tuple[str, ...]) -> str | None:
+    """Why this machine cannot hold the target and the largest draft, or None."""
+    sizes = kw.folder_bytes(kw.KIMI, tuple(kw.draft_named(d) for d in drafts))
+    need = (sizes["target"] + max((sizes[d] for d in drafts), default=0)) / 2**30 \
+        + ENGINE_OVERHEAD_GIB
+    available = available_gib()
+    if available is not None and available < need:
         return (f"serving the Kimi-width target with its largest draft takes about "
                 f"{need:.1f} GiB of memory; this machine has {available:.1f} GiB available "
                 "(MemAvailable). Stop other processes, or serve fewer drafts (--drafts "
@@ -275,10 +280,8 @@ def lifted_prompts(count: int, tiny: str) -> list[list[int]]:
 def lifted_memory_problem(lift: lifted.Lift, tiny: str) -> str | None:
     """Why this machine cannot hold the lifted target with its largest draft, or None."""
     need = lifted.folder_bytes(lift, tiny, lifted.DRAFTS[:1]) / 2**30 + ENGINE_OVERHEAD_GIB
-    with open("/proc/meminfo") as f:
-        info = {line.split(":")[0]: int(line.split()[1]) for line in f}
-    available = info.get("MemAvailable", 0) / 2**20
-    if available < need:
+    available = available_gib()
+    if available is not None and available < need:
         return (f"serving the lifted target with its largest draft takes about {need:.1f} "
                 f"GiB of memory; this machine has {available:.1f} GiB available "
                 "(MemAvailable). Stop other processes, or use --width small")
@@ -313,17 +316,14 @@ def main_lifted(args) -> int:
         print(f"vllm-kimi-eagle kimi-width: {problem}", file=sys.stderr)
         return 2
     if not lifted.is_built(models, tiny, lift):
-        need = lifted.folder_bytes(lift, tiny) / 1e9
-        parent = os.path.dirname(os.path.abspath(models.rstrip("/")))
-        os.makedirs(parent, exist_ok=True)
-        free = shutil.disk_usage(parent).free / 1e9
-        if free < need + 1:
-            print(f"vllm-kimi-eagle kimi-width: the lifted models need about {need:.1f} GB "
-                  f"(and 1 GB to spare) under {parent}, which has {free:.1f} GB free; free "
-                  "some space or write them elsewhere (--models)", file=sys.stderr)
+        need = lifted.folder_bytes(lift, tiny)
+        problem = streamed.disk_problem(models, need, "the lifted models",
+                                        "free some space or write them elsewhere (--models)")
+        if problem:
+            print(f"vllm-kimi-eagle kimi-width: {problem}", file=sys.stderr)
             return 2
         say(f"lifting the tiny models ({tiny}) to {args.width} width into {models} "
-            f"(once; about {need:.1f} GB)")
+            f"(once; about {need / 1e9:.1f} GB)")
         dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
         lifted.write_models(tiny, models, lift, dtype, progress=lambda l: say(f"  {l}"))
     out = os.path.abspath(args.out)
