@@ -15,9 +15,9 @@ The mend, while the CPU model runner loads a model with a drafter: input embeddi
 packed only when first used as a linear layer (a tied LM head; never, for a plain input
 embedding), and one ``gc.collect()`` after the drafter has loaded, with one INFO line
 saying what both returned: how many of the vocabulary tables loaded the collection freed
-(held by weak references), and the memory the process gave back. A runner without a drafter loads as vLLM does; a process that
-never imports the CPU runner (an API server, a GPU worker) installs nothing
-(``patching.when_imported``).
+(held by weak references), and the memory the process gave back. A runner without a
+drafter loads as vLLM does; a process that never imports the CPU runner (an API server, a
+GPU worker) installs nothing (``patching.when_imported``).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def parse_args(argv):
                         "with their negative controls; torus: the untrained models whose "
                         "every draft token is accepted (fixtures/kimi_width.py)")
     p.add_argument("--width", choices=tuple(lifted.WIDTHS), default="kimi",
-                   help="lifted models: kimi (default; bfloat16, about 24 GB on disk) or "
+                   help="lifted models: kimi (default; bfloat16, 18 GB on disk) or "
                         "small (float32, the suite's copy: minutes)")
     p.add_argument("--models", default=None,
                    help="the models' folder (default: under the tiny models' cache; built "
