@@ -309,8 +309,7 @@ def main_lifted(args) -> int:
         return 2
     cpu = cpu_platform()
     tiny = ensure_tiny_models()
-    models = args.models or os.path.join(
-        os.path.dirname(os.path.abspath(tiny)), f"lifted-{args.width}-v{lifted.RECIPE_VERSION}")
+    models = args.models or lifted.default_folder(tiny, args.width)
     problem = lifted_memory_problem(lift, tiny) if cpu else None
     if problem:
         print(f"vllm-kimi-eagle kimi-width: {problem}", file=sys.stderr)

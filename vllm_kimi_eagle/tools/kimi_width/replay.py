@@ -20,8 +20,7 @@ def small_lift(tiny_folder: str) -> str:
     """The small lift of the tiny build in ``tiny_folder``, written beside it once."""
     import torch
 
-    folder = os.path.join(os.path.dirname(os.path.abspath(tiny_folder.rstrip("/"))),
-                          f"lifted-small-v{lifted.RECIPE_VERSION}")
+    folder = lifted.default_folder(tiny_folder, "small")
     if not lifted.is_built(folder, tiny_folder, lifted.SMALL):
         lifted.write_models(tiny_folder, folder, lifted.SMALL, dtype=torch.float32)
     return folder
