@@ -12,6 +12,7 @@ What it changes in a process, with or without a draft, is in docs/troubleshootin
 from __future__ import annotations
 
 import logging
+import os
 
 __version__ = "0.1.0"
 
@@ -77,7 +78,6 @@ def _install() -> list[str]:
         IN_TREE_ALIAS,
         IN_TREE_CLASS,
         PLUGIN_DRAFT_ARCHITECTURES,
-        draft_choice,
     )
     from vllm_kimi_eagle.config_alias import register_config_alias
     from vllm_kimi_eagle.cpu_memory import install_cpu_memory
@@ -86,12 +86,14 @@ def _install() -> list[str]:
     from vllm_kimi_eagle.cpu_mla_verify import install_cpu_mla_verify
     from vllm_kimi_eagle.cpu_sampler import MENDED as SAMPLER_MENDED
     from vllm_kimi_eagle.cpu_sampler import install_cpu_sampler
+    from vllm_kimi_eagle.draft_class import asked_class
     from vllm_kimi_eagle.mla_detection import install_mla_detection
     from vllm_kimi_eagle.speculative_hook import install_speculative_hook
 
     # On a minor not checked on, whether the plugin's class still fits this vLLM is read
     # where a draft is built (draft_class_entry.py), not here: every process pays register().
-    ours = draft_choice() == "plugin"
+    asked = asked_class(os.environ, verdict.act)
+    ours = asked == "plugin"
     changes = []
     # Whichever draft class serves: the CPU sampler and MLA backends are vLLM's, for every
     # speculative method (all change nothing on builds with Triton, i.e. on GPUs).
@@ -105,7 +107,7 @@ def _install() -> list[str]:
         changes.append("CPU engines with a draft hold no unused vocabulary table")
     register_config_alias()
     install_mla_detection()
-    install_speculative_hook(ours=ours)
+    install_speculative_hook(asked=asked)
     changes.append("kimi_k2 config alias and MLA detection; EAGLE3 layer ids resolved")
     if ours:
         from vllm_kimi_eagle.draft_config_override import install_draft_config_override

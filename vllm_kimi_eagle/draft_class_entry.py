@@ -19,8 +19,7 @@ import logging
 import os
 
 logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
-CLASS_NAME = "Eagle3DeepseekV2ForCausalLM"
-ENTRY = f"{__name__}:{CLASS_NAME}"
+CLASS_NAME = "Eagle3DeepseekV2ForCausalLM"  # architectures.DRAFT_CLASS names it
 
 
 @functools.cache

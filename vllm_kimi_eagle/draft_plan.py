@@ -46,7 +46,7 @@ class DraftAtHand:
     model: str
     revision: str | None
     mla: bool  # one of the MLA EAGLE3 architectures the plugin knows
-    asked_ours: bool  # the plugin's class is registered for it (VLLM_KIMI_EAGLE_DRAFT=plugin)
+    asked: str  # draft_class.asked_class, as register() read it: "plugin" or "upstream"
     kimi_target: bool  # a Kimi or DeepSeek target: layer ids handled unasked
     target_layers: int
     target_hidden: int
@@ -56,13 +56,23 @@ class DraftAtHand:
     hf_config: object  # vLLM's draft config object, which the hook writes to
     decided: bool  # the hook has run for this draft config already
 
+    @property
+    def asked_here(self) -> str:
+        """The class asked for this draft: the plugin registers its class for the MLA
+        architectures it knows only; any other is vLLM's, as without the plugin."""
+        return self.asked if self.mla else "upstream"
 
-def draft_at_hand(spec_config, ours: bool) -> DraftAtHand:
-    """``ours``: the plugin's class is registered for its MLA draft architectures."""
+    @property
+    def asked_ours(self) -> bool:
+        return self.asked_here == "plugin"
+
+
+def draft_at_hand(spec_config, asked: str) -> DraftAtHand:
+    """``asked``: draft_class.asked_class, as register() read it."""
     draft, target = spec_config.draft_model_config, spec_config.target_model_config
     mla = bool(PLUGIN_DRAFT_ARCHITECTURES & set(draft.architectures or ()))
     return DraftAtHand(
-        draft.model, getattr(draft, "revision", None), mla, ours and mla,
+        draft.model, getattr(draft, "revision", None), mla, asked,
         getattr(target.hf_config, "model_type", None) in KIMI_DEEPSEEK_TARGETS,
         vllm_compat.total_layers(target), target.get_hidden_size(), target.get_vocab_size(),
         str(draft.dtype).removeprefix("torch."),
@@ -114,7 +124,7 @@ def plan_for(draft: DraftAtHand, contract: tuple[str, ...] = ()) -> Plan:
         config, headers.tensors, target_layers=draft.target_layers,
         target_hidden=draft.target_hidden, target_vocab=draft.target_vocab,
         can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
-        asked="plugin" if draft.asked_ours else "upstream", contract=contract)
+        asked=draft.asked_here, contract=contract)
     acts_on_ids = draft.kimi_target or report.states_convention
     if not (draft.asked_ours or acts_on_ids):
         return Plan(None, None, why_not="not a Kimi or DeepSeek target's draft")

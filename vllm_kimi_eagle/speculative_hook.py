@@ -138,12 +138,12 @@ def is_eagle3(spec_config) -> bool:
             and spec_config.target_model_config is not None)
 
 
-def on_speculative_config(spec_config, ours: bool) -> None:
+def on_speculative_config(spec_config, asked: str) -> None:
     """Everything the plugin does to a freshly built SpeculativeConfig, in order."""
     announce_cpu_mends()
     if not is_eagle3(spec_config):
         return
-    draft = draft_at_hand(spec_config, ours)
+    draft = draft_at_hand(spec_config, asked)
     if draft.decided:  # vLLM builds the speculative config again around the same draft
         return
     # On a vLLM minor not checked on: whether the plugin's class fits it (read once here,
@@ -194,11 +194,11 @@ REFUSALS = (DraftConfigError, LayerIdError, checkpoint.CheckpointError, Quantize
             ScheduleError, DraftClassError)
 
 
-def guarded(spec_config, ours: bool) -> None:
+def guarded(spec_config, asked: str) -> None:
     """on_speculative_config, where an error that is not a verdict on the draft names
     itself as the plugin's, with the vLLM release and the way to serve without it."""
     try:
-        on_speculative_config(spec_config, ours)
+        on_speculative_config(spec_config, asked)
     except REFUSALS as err:
         raise DraftRefusedError(str(err)) from None
     except Exception as err:
@@ -231,11 +231,11 @@ def given_field_names(cls, args: tuple, kwargs: dict) -> frozenset[str]:
     return frozenset(positional) | frozenset(kwargs)
 
 
-def install_speculative_hook(ours: bool) -> bool:
+def install_speculative_hook(asked: str) -> bool:
     """Call on_speculative_config at the end of SpeculativeConfig.__post_init__.
 
-    ``ours``: the plugin's draft class serves the MLA drafts (checkpoint checks and the
-    greedy shortcut apply to it only). SpeculativeConfig.__init__ is wrapped too, to note
+    ``asked``: ``draft_class.asked_class``, "plugin" or "upstream" (checkpoint checks and
+    the greedy shortcut apply to the plugin's class only). SpeculativeConfig.__init__ is wrapped too, to note
     which fields the caller set: vLLM builds it from the user's speculative config
     (engine/arg_utils.py `SpeculativeConfig(**self.speculative_config)`, 0.28-0.33), so
     an explicit ``"use_local_argmax_reduction": false`` is told apart from the default;
@@ -245,7 +245,7 @@ def install_speculative_hook(ours: bool) -> bool:
     def make_post_init(original):
         def __post_init__(self, *args, **kwargs):
             original(self, *args, **kwargs)
-            guarded(self, ours)
+            guarded(self, asked)
 
         return __post_init__
 

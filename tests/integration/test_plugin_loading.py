@@ -100,7 +100,7 @@ def test_old_vllm_gets_one_warning_and_no_changes():
 
 
 # register() where the installed vLLM reports REPORTED; MOVED (code) runs first. It records
-# the log, the ours flag the speculative hook got, and what is registered and wrapped.
+# the log, the class asked for that the speculative hook got, and what is registered and wrapped.
 UNCHECKED = """
 import json, logging, sys, time
 import vllm.logger  # vLLM configures logging on import
@@ -115,9 +115,9 @@ vllm_compat.installed_vllm_version_text = lambda: REPORTED
 MOVED
 hooked = []
 install_hook = speculative_hook.install_speculative_hook
-def spy(ours):
-    hooked.append(ours)
-    return install_hook(ours=ours)
+def spy(asked):
+    hooked.append(asked)
+    return install_hook(asked=asked)
 speculative_hook.install_speculative_hook = spy
 from vllm.config.speculative import SpeculativeConfig
 override = vars(SpeculativeConfig)["hf_config_override"]
@@ -201,7 +201,7 @@ def test_a_moved_signature_on_an_unchecked_release_keeps_vllms_class_and_the_fix
     assert result["model_modules_imported"] is False
     assert set(result["resolved"].values()) == {IN_TREE}
     assert set(result["guarded"].values()) == {True}  # refuses what it would serve wrong
-    assert result["hooked"] == [True] and result["override_replaced"] is True
+    assert result["hooked"] == ["plugin"] and result["override_replaced"] is True
     assert any("DeepseekV2MLAAttention takes no parameter 'input_width'" in problem
                for problem in result["contract"])
     [moved] = [m for level, m in result["log"] if level == "WARNING" and "moved" in m
@@ -223,7 +223,7 @@ def test_an_unchecked_release_whose_contract_holds_gets_the_plugins_class(report
     result = register_as(reported)
     assert set(result["classes"].values()) == {ENTRY}
     assert set(result["resolved"].values()) == {"vllm_kimi_eagle.draft_model"}
-    assert result["hooked"] == [True] and result["override_replaced"] is True
+    assert result["hooked"] == ["plugin"] and result["override_replaced"] is True
     assert result["model_modules_imported"] is False  # register() read no contract
     assert result["contract"] == [] and result["contract_imported"] is True
     warnings = [m for level, m in result["log"] if level == "WARNING"]
@@ -244,7 +244,7 @@ def test_a_release_of_a_checked_minor_acts_in_full_without_reading_the_contract(
     result = register_as(reported)
     assert set(result["classes"].values()) == {ENTRY}
     assert set(result["resolved"].values()) == {"vllm_kimi_eagle.draft_model"}
-    assert result["hooked"] == [True]
+    assert result["hooked"] == ["plugin"]
     assert result["model_modules_imported"] is False
     assert result["contract"] == [] and result["contract_imported"] is False
     assert not [m for level, m in result["log"] if level == "WARNING"], result["log"]
@@ -258,7 +258,7 @@ import vllm_kimi_eagle
 from vllm_kimi_eagle import speculative_hook, vllm_compat
 vllm_compat.installed_vllm_version_text = lambda: "0.34.0"
 MOVED
-speculative_hook.install_speculative_hook = lambda ours: None
+speculative_hook.install_speculative_hook = lambda asked: None
 vllm_kimi_eagle.register()
 from vllm import ModelRegistry
 from vllm.engine.arg_utils import EngineArgs

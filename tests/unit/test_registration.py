@@ -22,13 +22,13 @@ def test_entry_point_is_installed():
 
 def test_bad_draft_choice_is_the_default_and_a_line_naming_the_variable():
     from vllm_kimi_eagle import settings
-    from vllm_kimi_eagle.architectures import draft_choice
+    from vllm_kimi_eagle.draft_class import asked_class
 
-    assert draft_choice({"VLLM_KIMI_EAGLE_DRAFT": "tree"}) == "plugin"
+    assert asked_class({"VLLM_KIMI_EAGLE_DRAFT": "tree"}, verdict_act=True) == "plugin"
     [line] = settings.problems({"VLLM_KIMI_EAGLE_DRAFT": "tree"})
     assert "VLLM_KIMI_EAGLE_DRAFT='tree' is not plugin or upstream" in line
-    assert draft_choice({}) == "plugin"
-    assert draft_choice({"VLLM_KIMI_EAGLE_DRAFT": "UPSTREAM"}) == "upstream"
+    assert asked_class({}, verdict_act=True) == "plugin"
+    assert asked_class({"VLLM_KIMI_EAGLE_DRAFT": "UPSTREAM"}, verdict_act=True) == "upstream"
 
 
 # The version strings vLLM reports (package metadata, else vllm.__version__), and what the

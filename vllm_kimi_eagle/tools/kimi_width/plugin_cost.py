@@ -47,10 +47,10 @@ def run(spec: dict) -> dict:
     hook_s: list[float] = []
     original = speculative_hook.on_speculative_config
 
-    def timed(spec_config, ours):
+    def timed(spec_config, asked):
         began = time.perf_counter()
         try:
-            return original(spec_config, ours)
+            return original(spec_config, asked)
         finally:
             hook_s.append(time.perf_counter() - began)
 
