@@ -24,7 +24,7 @@ SHORT, LONG = 8, 72
 def step_times(target: str, repeats: int) -> dict:
     from vllm import LLM
 
-    from vllm_kimi_eagle.tools.vllm_server import stop_engine
+    from vllm_kimi_eagle.tools.engines.vllm_server import stop_engine
 
     llm = LLM(model=target, dtype="float32", enforce_eager=True, max_model_len=512, seed=0)
     try:

@@ -29,7 +29,7 @@ from contextlib import ExitStack
 
 from vllm_kimi_eagle.fixtures import corpus
 from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models
-from vllm_kimi_eagle.tools import vllm_server
+from vllm_kimi_eagle.tools.engines import vllm_server
 from vllm_kimi_eagle.tools.evaluation import tasks
 
 NONE, DRAFT = "none", "draft"

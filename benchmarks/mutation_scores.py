@@ -41,11 +41,11 @@ def main() -> int:
         name, _, status = line.strip().rpartition(": ")
         if "__mutmut_" not in name:
             continue
-        module = name.split(".x")[0]  # vllm_kimi_eagle.layer_ids.x_resolve... -> module
+        module = name.split(".x")[0]  # vllm_kimi_eagle.draft.layer_ids.x_resolve... -> module
         counts[module][status] += 1
     print(f"mutmut over {len(counts)} modules in {seconds:.0f} s "
           f"({os.cpu_count()} workers); score = killed / all mutants")
-    print(f"{'module':36} {'mutants':>7} {'killed':>6} {'survived':>8} {'no test':>7} "
+    print(f"{'module':44} {'mutants':>7} {'killed':>6} {'survived':>8} {'no test':>7} "
           f"{'score':>6}")
     low = []
     for module, found in sorted(counts.items()):
@@ -53,7 +53,7 @@ def main() -> int:
         killed = sum(found[s] for s in KILLED)
         score = killed / total
         low += [module] if score < GOAL else []
-        print(f"{module:36} {total:7d} {killed:6d} {found['survived']:8d} "
+        print(f"{module:44} {total:7d} {killed:6d} {found['survived']:8d} "
               f"{found['no tests']:7d} {score:6.2f}")
     print(f"below {GOAL}: {', '.join(low) or 'none'}; survivors: `mutmut results`, "
           "one diff: `mutmut show NAME`")

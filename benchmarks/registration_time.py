@@ -26,7 +26,7 @@ CHILD = """
 import importlib, json, sys, time
 importlib.import_module({module!r})
 import vllm_kimi_eagle
-from vllm_kimi_eagle import vllm_compat
+from vllm_kimi_eagle.compat import vllm_compat
 if {version!r}:
     vllm_compat.installed_vllm_version_text = lambda: {version!r}
 before = set(sys.modules)

@@ -19,8 +19,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models
-from vllm_kimi_eagle.tools import spec_metrics, vllm_server
+from vllm_kimi_eagle.tools.engines import vllm_server
 from vllm_kimi_eagle.tools.evaluation.tasks import tiny_data
+from vllm_kimi_eagle.tools.figures import spec_metrics
 
 STEPS = "vllm:inter_token_latency_seconds"
 

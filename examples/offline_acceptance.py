@@ -30,7 +30,7 @@ def main() -> None:
     from vllm import LLM, SamplingParams
 
     from vllm_kimi_eagle.fixtures import corpus
-    from vllm_kimi_eagle.tools import spec_metrics
+    from vllm_kimi_eagle.tools.figures import spec_metrics
 
     llm = LLM(
         model=args.target,

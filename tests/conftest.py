@@ -37,7 +37,7 @@ def pytest_configure(config):
     busy engines get both cores' mask, and the kernel spreads them over the two cores,
     which is what the suite's time needs; see bench-e2e's vllm_server.pin for a real
     pin.) A binding set by the caller or a test wins."""
-    from vllm_kimi_eagle.tools import start_log
+    from vllm_kimi_eagle.tools.engines import start_log
 
     from tests.helpers import SHARED_RUNS_ENV
 
@@ -117,7 +117,7 @@ def pytest_terminal_summary(terminalreporter, config):
 def starts_lines() -> list[str]:
     """Every engine and server start of the run: how many, their seconds, the ten
     longest, and any configuration started more than once."""
-    from vllm_kimi_eagle.tools import start_log
+    from vllm_kimi_eagle.tools.engines import start_log
 
     starts = start_log.read(os.environ.get(start_log.ENV, ""))
     kinds = Counter(s["kind"] for s in starts)
@@ -230,7 +230,7 @@ def pytest_collection_modifyitems(config, items):
     if not marked:
         return
     from tests.helpers import cpu_mla_engine_problem, engine_test_action
-    from vllm_kimi_eagle import vllm_compat
+    from vllm_kimi_eagle.compat import vllm_compat
 
     problem = cpu_mla_engine_problem()
     action = engine_test_action(problem, vllm_compat.installed_vllm_version(),

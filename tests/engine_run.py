@@ -1,5 +1,5 @@
 """Run one real vLLM engine (CPU build) and print what tests need as one result line
-(vllm_kimi_eagle/tools/engine_process.py; tests/helpers.run_engine reads it).
+(vllm_kimi_eagle/tools/engines/engine_process.py; tests/helpers.run_engine reads it).
 
     python tests/engine_run.py '{"target": ..., "draft": ... or null, "prompts": [...],
                                  "max_tokens": 64, "num_speculative_tokens": 3,
@@ -13,7 +13,7 @@ EAGLE3 one that "draft" makes.
 greedy chats with these sampled requests beside them (prompts taken in turn), the greedy
 rows reported under "mixed"; "mixed_vllm_stand_in": [SamplingParams kwargs, ...] runs such
 a batch once more with vLLM's own CPU expand stand-in put back (the bug the plugin mends,
-vllm_kimi_eagle/cpu_sampler.py), reported under "mixed_vllm_stand_in".
+vllm_kimi_eagle/cpu/cpu_sampler.py), reported under "mixed_vllm_stand_in".
 
 A multimodal target (Kimi-K2.5 shape) also takes "trust_remote_code", "language_model_only"
 and "image_prompts": [{"text": ..., "image": {"width": W, "height": H, "seed": S}}], chat
@@ -107,7 +107,7 @@ def _give_draft_mm_embeddings() -> None:
     mistral_large_3_eagle does), so the proposer passes them instead of text-only inputs."""
     from vllm.model_executor.models.utils import _merge_multimodal_embeddings
 
-    from vllm_kimi_eagle.draft_model import Eagle3DeepseekV2ForCausalLM
+    from vllm_kimi_eagle.serving.draft_model import Eagle3DeepseekV2ForCausalLM
 
     def embed_input_ids(self, input_ids, multimodal_embeddings=None, *, is_multimodal=None):
         embeds = self.model.embed_input_ids(input_ids)
@@ -143,7 +143,7 @@ def _aux_layers(model):
 
 def _chat(llm, messages, params) -> dict:
     """One batch of chats between two metric scrapes: outputs and spec-decode counters."""
-    from vllm_kimi_eagle.tools import spec_metrics
+    from vllm_kimi_eagle.tools.figures import spec_metrics
 
     before = spec_metrics.from_llm_metrics(llm.get_metrics())
     started = time.time()
@@ -166,7 +166,7 @@ def _mixed(llm, messages, greedy, sampled_kwargs: list[dict]) -> dict:
     rows, their finish reasons, the sampled ones' and the counters."""
     from vllm import SamplingParams
 
-    from vllm_kimi_eagle.tools import spec_metrics
+    from vllm_kimi_eagle.tools.figures import spec_metrics
 
     sampled = [SamplingParams(**kwargs) for kwargs in sampled_kwargs]
     extra = [messages[i % len(messages)] for i in range(len(sampled))]
@@ -187,7 +187,7 @@ def _vllm_stand_in():
     the function in the loaded one), and the kernel override that runs the plugin's."""
     import importlib.util
 
-    from vllm_kimi_eagle import vllm_compat
+    from vllm_kimi_eagle.compat import vllm_compat
 
     module_name, function, _ = vllm_compat.CPU_EXPAND
     found = importlib.util.find_spec(module_name)
@@ -210,7 +210,7 @@ def _mixed_with_vllm_stand_in(llm, messages, greedy, sampled_kwargs: list[dict])
 def main(spec: dict) -> dict:
     from vllm import LLM
 
-    from vllm_kimi_eagle.tools import vllm_server
+    from vllm_kimi_eagle.tools.engines import vllm_server
 
     kwargs = dict(
         model=spec["target"],
@@ -259,7 +259,7 @@ def _serve(llm, spec: dict, engine_seconds: float) -> dict:
         model = _draft_model(llm)
         result["draft_class"] = f"{type(model).__module__}:{type(model).__name__}"
     import vllm_kimi_eagle
-    from vllm_kimi_eagle import vllm_compat
+    from vllm_kimi_eagle.compat import vllm_compat
 
     model_config = llm.llm_engine.model_config
     result.update(
@@ -303,6 +303,6 @@ if __name__ == "__main__":
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     # collective_rpc with this file's functions (pickled by name) to a separate engine core.
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
-    from vllm_kimi_eagle.tools import engine_process
+    from vllm_kimi_eagle.tools.engines import engine_process
 
     engine_process.child_main(main, sys.argv[1])

@@ -196,7 +196,7 @@ def run_engine(spec: dict, env: dict | None = None, timeout: int = 900) -> dict:
     "_log" (vLLM logs to stdout)."""
     import tempfile
 
-    from vllm_kimi_eagle.tools import engine_process
+    from vllm_kimi_eagle.tools.engines import engine_process
 
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
     with tempfile.TemporaryDirectory(prefix="vllm-kimi-eagle-engine-") as folder:
@@ -240,7 +240,7 @@ def run_forked(command: list[str], log_path: str, env: dict, timeout: float) -> 
     of this worker's preloaded vLLM process; None where it must start fresh."""
     import time
 
-    from vllm_kimi_eagle.tools import engine_process, start_log
+    from vllm_kimi_eagle.tools.engines import engine_process, start_log
 
     zygote = _preloaded_for(env)
     if zygote is None:
@@ -261,7 +261,7 @@ MAX_TOKENS = 64
 NO_PLUGIN = {"VLLM_PLUGINS": ""}
 # vLLM alone in float32 asks for CPU_MLA for the target and an MLA draft, as a user must on
 # a CPU with AMX, where vLLM would otherwise pick AMX_MLA, which cannot load float32
-# weights (the plugin does this itself, vllm_kimi_eagle/cpu_mla_backend.py). Elsewhere
+# weights (the plugin does this itself, vllm_kimi_eagle/cpu/cpu_mla_backend.py). Elsewhere
 # CPU_MLA is what vLLM picks anyway, so the comparison with vLLM alone is the same on
 # every machine.
 CPU_MLA = "CPU_MLA"
@@ -383,10 +383,10 @@ def reference_draft(draft_dir: str, rope_theta: float | None = None, **spec_chan
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
-    from vllm_kimi_eagle.config_alias import register_config_alias
-    from vllm_kimi_eagle.draft_config import parse_draft_config
-    from vllm_kimi_eagle.draft_spec import canonical_name, spec_from_config
+    from vllm_kimi_eagle.draft.draft_config import parse_draft_config
+    from vllm_kimi_eagle.draft.draft_spec import canonical_name, spec_from_config
     from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
+    from vllm_kimi_eagle.serving.config_alias import register_config_alias
 
     register_config_alias()
     with open(os.path.join(draft_dir, "config.json")) as f:
@@ -481,7 +481,7 @@ def cpu_mla_engine_problem() -> str | None:
     from vllm.platforms import current_platform
     from vllm.platforms.cpu import CpuPlatform
 
-    from vllm_kimi_eagle import vllm_compat
+    from vllm_kimi_eagle.compat import vllm_compat
 
     if not current_platform.is_cpu():
         return (

@@ -200,7 +200,7 @@ class Preloaded:
         started = self._next(60)
         if not started or "pid" not in started:
             raise RuntimeError(f"the preloaded vLLM process did not fork: {started}")
-        from vllm_kimi_eagle.tools.engine_process import stop_session
+        from vllm_kimi_eagle.tools.engines.engine_process import stop_session
 
         pid = started["pid"]
         ended = self._next(timeout)
@@ -213,7 +213,7 @@ class Preloaded:
         return ended["exit"]
 
     def close(self) -> None:
-        from vllm_kimi_eagle.tools.engine_process import stop_session
+        from vllm_kimi_eagle.tools.engines.engine_process import stop_session
 
         stop_session(self.process.pid)
         self.process.wait()

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 
-from vllm_kimi_eagle import draft_positions, draft_spec, layer_ids
-from vllm_kimi_eagle.draft_config import as_record
+from vllm_kimi_eagle.draft import draft_positions, draft_spec, layer_ids
+from vllm_kimi_eagle.draft.draft_config import as_record
 
 
 def spec_from_config(config, source: str = "the draft config"):

@@ -29,7 +29,8 @@ def register() -> None:
     if _registered:
         return
     _registered = True
-    from vllm_kimi_eagle import patching, settings
+    from vllm_kimi_eagle import settings
+    from vllm_kimi_eagle.compat import patching
 
     for problem in settings.problems():
         logger.error(problem)
@@ -62,7 +63,8 @@ def register() -> None:
 
 def _install() -> list[str]:
     """Install what this vLLM release needs; what was changed, in words (the load line)."""
-    from vllm_kimi_eagle import release_gate, settings
+    from vllm_kimi_eagle import settings
+    from vllm_kimi_eagle.compat import release_gate
 
     verdict = release_gate.installed_verdict()
     if verdict.message:
@@ -72,23 +74,23 @@ def _install() -> list[str]:
 
     from vllm import ModelRegistry
 
-    from vllm_kimi_eagle import patching
-    from vllm_kimi_eagle.architectures import (
+    from vllm_kimi_eagle.compat import patching
+    from vllm_kimi_eagle.cpu.cpu_memory import install_cpu_memory
+    from vllm_kimi_eagle.cpu.cpu_mla_backend import install_cpu_mla_backend_choice
+    from vllm_kimi_eagle.cpu.cpu_mla_verify import MENDED as VERIFY_MENDED
+    from vllm_kimi_eagle.cpu.cpu_mla_verify import install_cpu_mla_verify
+    from vllm_kimi_eagle.cpu.cpu_sampler import MENDED as SAMPLER_MENDED
+    from vllm_kimi_eagle.cpu.cpu_sampler import install_cpu_sampler
+    from vllm_kimi_eagle.draft.architectures import (
         DRAFT_CLASS,
         IN_TREE_ALIAS,
         IN_TREE_CLASS,
         PLUGIN_DRAFT_ARCHITECTURES,
     )
-    from vllm_kimi_eagle.config_alias import register_config_alias
-    from vllm_kimi_eagle.cpu_memory import install_cpu_memory
-    from vllm_kimi_eagle.cpu_mla_backend import install_cpu_mla_backend_choice
-    from vllm_kimi_eagle.cpu_mla_verify import MENDED as VERIFY_MENDED
-    from vllm_kimi_eagle.cpu_mla_verify import install_cpu_mla_verify
-    from vllm_kimi_eagle.cpu_sampler import MENDED as SAMPLER_MENDED
-    from vllm_kimi_eagle.cpu_sampler import install_cpu_sampler
-    from vllm_kimi_eagle.draft_class import asked_class
-    from vllm_kimi_eagle.mla_detection import install_mla_detection
-    from vllm_kimi_eagle.speculative_hook import install_speculative_hook
+    from vllm_kimi_eagle.draft.draft_class import asked_class
+    from vllm_kimi_eagle.serving.config_alias import register_config_alias
+    from vllm_kimi_eagle.serving.mla_detection import install_mla_detection
+    from vllm_kimi_eagle.serving.speculative_hook import install_speculative_hook
 
     # On a minor not checked on, whether the plugin's class still fits this vLLM is read
     # where a draft is built (draft_class_entry.py), not here: every process pays register().
@@ -110,7 +112,7 @@ def _install() -> list[str]:
     install_speculative_hook(asked=asked)
     changes.append("kimi_k2 config alias and MLA detection; EAGLE3 layer ids resolved")
     if ours:
-        from vllm_kimi_eagle.draft_config_override import install_draft_config_override
+        from vllm_kimi_eagle.serving.draft_config_override import install_draft_config_override
 
         install_draft_config_override()
         served = {architecture: DRAFT_CLASS for architecture in PLUGIN_DRAFT_ARCHITECTURES}

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import SAME_WORKER, project_file
 from tests.helpers import BASE_ENV, FP32
-from vllm_kimi_eagle.tools import vllm_server
+from vllm_kimi_eagle.tools.engines import vllm_server
 
 # What both servers are started with; they differ in the speculative config alone.
 SHARED_SERVER_ARGS = ["--max-model-len", "512", "--seed", "0", *FP32]

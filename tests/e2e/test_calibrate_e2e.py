@@ -16,8 +16,8 @@ import shutil
 import pytest
 
 from tests.helpers import MAX_TOKENS, engine, place_in_hf_cache, run_cli, served
+from vllm_kimi_eagle.draft.layer_ids import CONVENTION_KEY, IDS_KEY
 from vllm_kimi_eagle.fixtures.cache import build_summary
-from vllm_kimi_eagle.layer_ids import CONVENTION_KEY, IDS_KEY
 from vllm_kimi_eagle.tools.calibrate import cli
 from vllm_kimi_eagle.tools.calibrate.prompts import default_prompts
 

@@ -55,7 +55,7 @@ def test_compiled_side_by_side_with_upstream_class(tiny, draft):
     ours = _compiled(tiny, draft)
     theirs = _compiled(tiny, draft, env=UPSTREAM)
     assert theirs["draft_class"].startswith("vllm.model_executor.models.deepseek_eagle3:")
-    assert ours["draft_class"].startswith("vllm_kimi_eagle.draft_model:")
+    assert ours["draft_class"].startswith("vllm_kimi_eagle.serving.draft_model:")
     print(f"\n{draft} compiled: ours {ours['acceptance_length']} "
           f"{ours['acceptance_by_position']}, upstream class {theirs['acceptance_length']} "
           f"{theirs['acceptance_by_position']}")

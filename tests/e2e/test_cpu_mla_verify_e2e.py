@@ -1,5 +1,5 @@
 """Draft tokens verified in the CPU MLA decode kernel (the plugin's default on the CPU build,
-vllm_kimi_eagle/cpu_mla_verify.py) against vLLM's own prefill path: one variable, the
+vllm_kimi_eagle/cpu/cpu_mla_verify.py) against vLLM's own prefill path: one variable, the
 switch; the same greedy tokens and the same acceptance. The speed it buys is measured by
 bench-e2e (docs/measurements.md), not asserted here."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import engine, served
-from vllm_kimi_eagle.cpu_mla_verify import SWITCH
+from vllm_kimi_eagle.cpu.cpu_mla_verify import SWITCH
 
 pytestmark = pytest.mark.engine
 

@@ -68,7 +68,8 @@ def test_plugin_module_matches_reference_numerics(tiny, draft):
     the base draft and the drafts of the two options no other fixture has
     (``norm_before_residual``; ``target_hidden_size`` 256 with ``hidden_size`` 128)."""
     result = served(captured_engine(tiny, draft))
-    assert result["draft_class"] == "vllm_kimi_eagle.draft_model:Eagle3DeepseekV2ForCausalLM"
+    assert result["draft_class"] == (
+        "vllm_kimi_eagle.serving.draft_model:Eagle3DeepseekV2ForCausalLM")
     assert result["drafts"] > 0, "the draft proposed nothing"
     pairs, first, spec = reference_numerics(os.path.join(tiny, draft), result["captured"])
     print(f"\n{draft} (hidden {spec.hidden_size}, target {spec.target_hidden_size}, "

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.helpers import docs_bash_block, lm_eval_output, run_as_written, run_cli
-from vllm_kimi_eagle.tools import vllm_server
+from vllm_kimi_eagle.tools.engines import vllm_server
 from vllm_kimi_eagle.tools.evaluation.tasks import TINY_TASK
 
 pytestmark = pytest.mark.engine

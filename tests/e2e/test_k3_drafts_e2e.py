@@ -1,4 +1,4 @@
-"""Kimi-K3 EAGLE3 MLA drafts (vllm_kimi_eagle/draft_positions.py, draft_spec.py): drafts the
+"""Kimi-K3 EAGLE3 MLA drafts (vllm_kimi_eagle/draft/draft_positions.py, draft_spec.py): drafts the
 builder trains the K3 way (NoPE; NoPE with the output gate; EAGLE3.1 NoPE), served by the
 plugin at the acceptance the reference computes for the very sequences served (the draft
 as trained, vLLM's counting: fixtures/offline.py served_acceptance), side by side with

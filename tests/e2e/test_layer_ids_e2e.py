@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import engine, served
-from vllm_kimi_eagle.layer_ids import CONVENTION_ENV
+from vllm_kimi_eagle.draft.layer_ids import CONVENTION_ENV
 
 pytestmark = pytest.mark.engine
 

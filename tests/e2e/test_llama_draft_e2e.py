@@ -27,7 +27,7 @@ from tests.helpers import (
     served_sequences,
     tiny_target,
 )
-from vllm_kimi_eagle.cpu_mla_backend import amx_available
+from vllm_kimi_eagle.cpu.cpu_mla_backend import amx_available
 from vllm_kimi_eagle.fixtures.offline import served_acceptance
 from vllm_kimi_eagle.fixtures.variants import AUX_LAYER_IDS, LLAMA_DRAFT
 

@@ -1,6 +1,6 @@
 """Greedy and sampled requests in one batch with a draft: the greedy answers stay those of
 the engine without a draft, and the engine lives (vLLM's CPU rejection sampler broke both;
-the plugin mends it, vllm_kimi_eagle/cpu_sampler.py).
+the plugin mends it, vllm_kimi_eagle/cpu/cpu_sampler.py).
 
 One engine with the base draft runs the 8 greedy chats of the shared engines, then the same
 chats with sampled requests beside them (temperature, top-k, n=2, logprobs, seeds), then a

@@ -21,7 +21,7 @@ import os
 import pytest
 
 from tests.helpers import BASE_ENV, PROMPTS, engine, run_engine, served
-from vllm_kimi_eagle.cpu_mla_backend import amx_available
+from vllm_kimi_eagle.cpu.cpu_mla_backend import amx_available
 from vllm_kimi_eagle.fixtures.quantized import write_quantized_draft
 
 pytestmark = pytest.mark.engine

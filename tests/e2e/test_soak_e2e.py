@@ -11,7 +11,7 @@ import os
 import pytest
 
 from tests.helpers import run_cli
-from vllm_kimi_eagle.tools import vllm_server
+from vllm_kimi_eagle.tools.engines import vllm_server
 
 pytestmark = pytest.mark.engine
 

@@ -23,7 +23,7 @@ from tests.helpers import (
     reference_numerics,
     served,
 )
-from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV
+from vllm_kimi_eagle.draft.rope_override import ROPE_THETA_ENV
 
 pytestmark = pytest.mark.engine
 BASE = "draft"

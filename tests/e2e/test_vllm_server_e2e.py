@@ -13,7 +13,7 @@ import pytest
 
 from tests.helpers import BASE_ENV, FP32
 from vllm_kimi_eagle.fixtures import corpus
-from vllm_kimi_eagle.tools import vllm_server
+from vllm_kimi_eagle.tools.engines import vllm_server
 
 pytestmark = pytest.mark.engine
 

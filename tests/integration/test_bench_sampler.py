@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.helpers import run_cli
-from vllm_kimi_eagle import vllm_compat
+from vllm_kimi_eagle.compat import vllm_compat
 
 
 def test_bench_sampler_command_prints_rows():

@@ -8,7 +8,7 @@ import shutil
 
 
 from tests.helpers import run_cli
-from vllm_kimi_eagle.layer_ids import IDS_KEY
+from vllm_kimi_eagle.draft.layer_ids import IDS_KEY
 
 
 def _calibrate(tiny, tmp_path, *, target=None, draft=None, extra=()):

@@ -63,7 +63,7 @@ def test_kimi_k2_config_without_mla_field_names_file_and_field(tmp_path, field):
 
     from transformers import AutoConfig
 
-    from vllm_kimi_eagle.config_alias import KimiConfigError, register_config_alias
+    from vllm_kimi_eagle.serving.config_alias import KimiConfigError, register_config_alias
 
     register_config_alias()
     with pytest.raises(KimiConfigError, match=f"{config_json}.*'{field}'"):
@@ -128,7 +128,7 @@ def test_template_nulls_read_as_defaults_where_vllm_alone_refuses_them(tmp_path)
 def test_a_null_that_shapes_the_draft_is_refused_by_name(tmp_path, field):
     from transformers import AutoConfig
 
-    from vllm_kimi_eagle.config_alias import KimiConfigError, register_config_alias
+    from vllm_kimi_eagle.serving.config_alias import KimiConfigError, register_config_alias
 
     draft = with_template_nulls(str(tmp_path), {field: None, "tie_word_embeddings": None})
     register_config_alias()
@@ -144,7 +144,7 @@ def test_a_null_that_shapes_the_draft_is_refused_by_name(tmp_path, field):
 OTHER_TRANSFORMERS = ("5.5.3", "5.17.0", "5.20.2")
 LOAD_WITH_KIMI_CONFIG = """
 import json, transformers
-from vllm_kimi_eagle.config_alias import KimiK2Config
+from vllm_kimi_eagle.serving.config_alias import KimiK2Config
 config = KimiK2Config.from_pretrained({draft!r})
 print(json.dumps({{"transformers": transformers.__version__,
                   "tie_word_embeddings": config.tie_word_embeddings,

@@ -1,4 +1,4 @@
-"""The CPU memory mend's installation (vllm_kimi_eagle/cpu_memory.py) on the real CPU
+"""The CPU memory mend's installation (vllm_kimi_eagle/cpu/cpu_memory.py) on the real CPU
 build, fresh process: every wrap in place says "installed"; a class that lost a method it
 wraps says "partial", and packing is deferred only where apply() can pack on first use."""
 
@@ -8,7 +8,8 @@ from tests.helpers import run_python
 
 PROBE = """
 import importlib, json, sys, types
-from vllm_kimi_eagle import cpu_memory, vllm_compat
+from vllm_kimi_eagle.compat import vllm_compat
+from vllm_kimi_eagle.cpu import cpu_memory
 LOST
 importlib.import_module(vllm_compat.CPU_MODEL_RUNNER)
 module, name = vllm_compat.CPU_EMBEDDING_METHOD

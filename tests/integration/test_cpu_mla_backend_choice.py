@@ -1,5 +1,5 @@
 """The MLA backend vLLM's CPU platform gives the target and the draft, with the plugin and
-without it (vllm_kimi_eagle/cpu_mla_backend.py): create_engine_config() and then vLLM's own
+without it (vllm_kimi_eagle/cpu/cpu_mla_backend.py): create_engine_config() and then vLLM's own
 selector (CpuPlatform.get_attn_backend_cls), each in a fresh process, with vLLM's AMX probe
 forced on or off so that the choice on a CPU with AMX is tested on every machine. (Served
 for real on AMX hardware by every float32 engine test there.)"""
@@ -53,7 +53,7 @@ def models(config_models):
     """The config-only models, on a vLLM that has the AMX_MLA backend (0.32 on)."""
     import importlib
 
-    from vllm_kimi_eagle import vllm_compat
+    from vllm_kimi_eagle.compat import vllm_compat
 
     module, name = vllm_compat.ATTENTION_BACKEND_ENUM
     if not hasattr(getattr(importlib.import_module(module), name), vllm_compat.AMX_MLA_NAME):

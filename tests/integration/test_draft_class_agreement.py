@@ -13,7 +13,7 @@ import os
 import pytest
 
 from tests.helpers import run_python
-from vllm_kimi_eagle.architectures import IN_TREE_ALIAS
+from vllm_kimi_eagle.draft.architectures import IN_TREE_ALIAS
 
 DATA = os.path.join(os.path.dirname(__file__), os.pardir, "data",
                     "exporter_quantization_configs.json")
@@ -22,7 +22,7 @@ NOPE_VALUES = (None, "on")
 PROBE = """
 import json, os, shutil
 from vllm.engine.arg_utils import EngineArgs
-from vllm_kimi_eagle.draft_config import QUANT_FILE
+from vllm_kimi_eagle.draft.draft_config import QUANT_FILE
 from vllm_kimi_eagle.tools.inspect_draft import inspect_draft
 
 tiny, work, nope_values = {tiny!r}, {work!r}, {nope_values!r}

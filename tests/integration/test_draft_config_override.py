@@ -5,7 +5,7 @@ fresh process; the wrapper's forwarding on a recording stand-in)."""
 from __future__ import annotations
 
 from tests.helpers import run_python
-from vllm_kimi_eagle.draft_config_override import make_override_wrapper
+from vllm_kimi_eagle.serving.draft_config_override import make_override_wrapper
 
 SPECFORGE = ["DeepseekV3ForCausalLMEagle3"]
 

@@ -109,7 +109,7 @@ def test_vllm_reads_the_text_config_and_media_token(k25):
         import json
         from vllm.config import ModelConfig
         from vllm.multimodal import MULTIMODAL_REGISTRY
-        from vllm_kimi_eagle.vllm_compat import supports_multimodal_inputs
+        from vllm_kimi_eagle.compat.vllm_compat import supports_multimodal_inputs
         out = {{}}
         for lmo in (False, True):
             mc = ModelConfig(model={k25!r}, trust_remote_code=True, language_model_only=lmo)

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from tests.helpers import probe_engine_config, write_config_only_models
-from vllm_kimi_eagle.layer_ids import CONVENTION_ENV
+from vllm_kimi_eagle.draft.layer_ids import CONVENTION_ENV
 
 
 @pytest.mark.parametrize(

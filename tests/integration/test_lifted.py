@@ -20,7 +20,7 @@ from vllm_kimi_eagle.tools.kimi_width.lifted_verdicts import LEAST_DROP
 @pytest.fixture(scope="module")
 def small(tiny, tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("lifted") / "small")
-    lifted.write_models(tiny, folder, lifted.SMALL, dtype=torch.float32)
+    ctl.write_models(tiny, folder, lifted.SMALL, dtype=torch.float32)
     return folder
 
 

@@ -165,7 +165,7 @@ def test_what_vllm_alone_would_serve_is_left_to_vllm_with_the_switch(tiny, draft
 
 FAULT = """
 import json
-import vllm_kimi_eagle.draft_plan as plan
+import vllm_kimi_eagle.serving.draft_plan as plan
 def broken(*args, **kwargs):
     raise KeyError("a field vLLM renamed")
 plan.draft_report = broken
@@ -181,7 +181,7 @@ except Exception as err:
 
 
 def test_a_fault_in_the_hook_names_itself_not_the_draft(tiny):
-    from vllm_kimi_eagle import vllm_compat
+    from vllm_kimi_eagle.compat import vllm_compat
 
     error = run_python(FAULT.format(target=os.path.join(tiny, "target"),
                                     draft=os.path.join(tiny, "draft")))["error"]

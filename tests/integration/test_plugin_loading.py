@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import run_python
-from vllm_kimi_eagle.architectures import DRAFT_ARCHITECTURES
+from vllm_kimi_eagle.draft.architectures import DRAFT_ARCHITECTURES
 
 
 RESOLVE = """
@@ -27,7 +27,7 @@ print(json.dumps({"classes": found, "cuda_initialized": torch.cuda.is_initialize
 @pytest.mark.parametrize(
     "env, module",
     [
-        ({}, "vllm_kimi_eagle.draft_model"),
+        ({}, "vllm_kimi_eagle.serving.draft_model"),
         ({"VLLM_KIMI_EAGLE_DRAFT": "upstream"}, "vllm.model_executor.models.deepseek_eagle3"),
         ({"VLLM_PLUGINS": ""}, "vllm.model_executor.models.deepseek_eagle3"),
     ],
@@ -56,14 +56,14 @@ def test_register_twice_is_harmless_and_imports_no_model_code():
         print(json.dumps({
             "same_check": C.is_deepseek_mla is first,
             "wrapped_once": not hasattr(C.is_deepseek_mla.__wrapped__, "__wrapped__"),
-            "draft_module_imported": "vllm_kimi_eagle.draft_model" in sys.modules,
+            "draft_module_imported": "vllm_kimi_eagle.serving.draft_model" in sys.modules,
             "registered": ModelRegistry.models["Eagle3DeepseekV2ForCausalLM"].module_name,
         }))
         """
     )
     assert result["same_check"] and result["wrapped_once"]
     assert result["draft_module_imported"] is False  # lazy "module:Class" registration
-    assert result["registered"] == "vllm_kimi_eagle.draft_class_entry"
+    assert result["registered"] == "vllm_kimi_eagle.serving.draft_class_entry"
 
 
 def test_old_vllm_gets_one_warning_and_no_changes():
@@ -72,7 +72,7 @@ def test_old_vllm_gets_one_warning_and_no_changes():
         import json, logging
         import vllm.logger  # vLLM configures logging on import
         import vllm_kimi_eagle
-        from vllm_kimi_eagle import vllm_compat
+        from vllm_kimi_eagle.compat import vllm_compat
         records = []
         class Keep(logging.Handler):
             def emit(self, record): records.append(record.getMessage())
@@ -105,7 +105,8 @@ UNCHECKED = """
 import json, logging, sys, time
 import vllm.logger  # vLLM configures logging on import
 import vllm_kimi_eagle
-from vllm_kimi_eagle import speculative_hook, vllm_compat
+from vllm_kimi_eagle.compat import vllm_compat
+from vllm_kimi_eagle.serving import speculative_hook
 records = []
 class Keep(logging.Handler):
     def emit(self, record): records.append((record.levelname, record.getMessage()))
@@ -127,7 +128,7 @@ vllm_kimi_eagle.register()
 seconds = time.perf_counter() - started
 imported_by_register = (not imported_before
                         and "vllm.model_executor.models.llama_eagle3" in sys.modules)
-from vllm_kimi_eagle import release_gate
+from vllm_kimi_eagle.compat import release_gate
 contract = list(release_gate.contract_problems_here())
 contract_imported = "vllm.model_executor.models.llama_eagle3" in sys.modules
 from vllm import ModelRegistry
@@ -172,7 +173,7 @@ vllm_compat.DRAFT_BUILDS_ON = tuple(
 """
 
 
-ENTRY = "vllm_kimi_eagle.draft_class_entry"
+ENTRY = "vllm_kimi_eagle.serving.draft_class_entry"
 IN_TREE = "vllm.model_executor.models.deepseek_eagle3"
 
 
@@ -222,7 +223,7 @@ def test_a_moved_signature_on_an_unchecked_release_keeps_vllms_class_and_the_fix
 def test_an_unchecked_release_whose_contract_holds_gets_the_plugins_class(reported):
     result = register_as(reported)
     assert set(result["classes"].values()) == {ENTRY}
-    assert set(result["resolved"].values()) == {"vllm_kimi_eagle.draft_model"}
+    assert set(result["resolved"].values()) == {"vllm_kimi_eagle.serving.draft_model"}
     assert result["hooked"] == ["plugin"] and result["override_replaced"] is True
     assert result["model_modules_imported"] is False  # register() read no contract
     assert result["contract"] == [] and result["contract_imported"] is True
@@ -243,7 +244,7 @@ def test_an_older_unchecked_minor_with_the_override_is_judged_as_a_newer_one():
 def test_a_release_of_a_checked_minor_acts_in_full_without_reading_the_contract(reported):
     result = register_as(reported)
     assert set(result["classes"].values()) == {ENTRY}
-    assert set(result["resolved"].values()) == {"vllm_kimi_eagle.draft_model"}
+    assert set(result["resolved"].values()) == {"vllm_kimi_eagle.serving.draft_model"}
     assert result["hooked"] == ["plugin"]
     assert result["model_modules_imported"] is False
     assert result["contract"] == [] and result["contract_imported"] is False
@@ -255,14 +256,16 @@ def test_a_release_of_a_checked_minor_acts_in_full_without_reading_the_contract(
 WORKER_ONLY = """
 import json, logging, os
 import vllm_kimi_eagle
-from vllm_kimi_eagle import speculative_hook, vllm_compat
+from vllm_kimi_eagle.compat import vllm_compat
+from vllm_kimi_eagle.serving import speculative_hook
 vllm_compat.installed_vllm_version_text = lambda: "0.34.0"
 MOVED
 speculative_hook.install_speculative_hook = lambda asked: None
 vllm_kimi_eagle.register()
 from vllm import ModelRegistry
 from vllm.engine.arg_utils import EngineArgs
-from vllm_kimi_eagle import draft_class_entry, release_gate
+from vllm_kimi_eagle.compat import release_gate
+from vllm_kimi_eagle.serving import draft_class_entry
 cls = ModelRegistry._try_load_model_cls("Eagle3DeepseekV2ForCausalLM")
 found = {"class": cls.__name__, "bases": [b.__module__ for b in cls.__mro__[1:3]]}
 for name in ("draft", "draft-k3-nope"):

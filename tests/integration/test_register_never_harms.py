@@ -92,7 +92,7 @@ def test_unreadable_variables_are_error_lines_and_defaults():
         assert any(name in e and "it is ignored" in e for e in errors), name
     # The defaults: the plugin's class serves; the switch that was readable is off.
     assert result["after"]["draft class Eagle3DeepseekV2ForCausalLM"] == \
-        "vllm_kimi_eagle.draft_class_entry"
+        "vllm_kimi_eagle.serving.draft_class_entry"
     assert result["after"]["cpu mla builder"] == result["before"]["cpu mla builder"]
 
 
@@ -110,14 +110,14 @@ def test_the_switch_turns_this_plugin_alone_off():
 # Every step of _install(), where register() imports it from; the fault runs the step,
 # then raises, so that the step's own changes must be undone too.
 INSTALL_STEPS = [
-    ("vllm_kimi_eagle.cpu_sampler", "install_cpu_sampler"),
-    ("vllm_kimi_eagle.cpu_mla_verify", "install_cpu_mla_verify"),
-    ("vllm_kimi_eagle.cpu_mla_backend", "install_cpu_mla_backend_choice"),
-    ("vllm_kimi_eagle.cpu_memory", "install_cpu_memory"),
-    ("vllm_kimi_eagle.config_alias", "register_config_alias"),
-    ("vllm_kimi_eagle.mla_detection", "install_mla_detection"),
-    ("vllm_kimi_eagle.speculative_hook", "install_speculative_hook"),
-    ("vllm_kimi_eagle.draft_config_override", "install_draft_config_override"),
+    ("vllm_kimi_eagle.cpu.cpu_sampler", "install_cpu_sampler"),
+    ("vllm_kimi_eagle.cpu.cpu_mla_verify", "install_cpu_mla_verify"),
+    ("vllm_kimi_eagle.cpu.cpu_mla_backend", "install_cpu_mla_backend_choice"),
+    ("vllm_kimi_eagle.cpu.cpu_memory", "install_cpu_memory"),
+    ("vllm_kimi_eagle.serving.config_alias", "register_config_alias"),
+    ("vllm_kimi_eagle.serving.mla_detection", "install_mla_detection"),
+    ("vllm_kimi_eagle.serving.speculative_hook", "install_speculative_hook"),
+    ("vllm_kimi_eagle.serving.draft_config_override", "install_draft_config_override"),
     ("vllm", "ModelRegistry.register_model"),
 ]
 

@@ -1,4 +1,4 @@
-"""What the speculative hook hands the draft class (vllm_kimi_eagle/served_draft.py), read
+"""What the speculative hook hands the draft class (vllm_kimi_eagle/draft/served_draft.py), read
 back from the config vLLM built (fresh process): the capture ids, NoPE, the rope base and
 the positions the draft's rotary cache must cover."""
 
@@ -10,14 +10,14 @@ import os
 from packaging.version import Version
 
 from tests.helpers import run_python, write_config_only_models
-from vllm_kimi_eagle import vllm_compat
-from vllm_kimi_eagle.architectures import IN_TREE_ALIAS
-from vllm_kimi_eagle.draft_config import parse_draft_config, record_from_json
+from vllm_kimi_eagle.compat import vllm_compat
+from vllm_kimi_eagle.draft.architectures import IN_TREE_ALIAS
+from vllm_kimi_eagle.draft.draft_config import parse_draft_config, record_from_json
 
 PROBE = """
 import json
 from vllm.engine.arg_utils import EngineArgs
-from vllm_kimi_eagle.served_draft import attached
+from vllm_kimi_eagle.draft.served_draft import attached
 config = EngineArgs(model={target!r}, max_model_len=512, speculative_config={{
     "method": "eagle3", "model": {draft!r}, "num_speculative_tokens": 3}}).create_engine_config()
 served = attached(config.speculative_config.draft_model_config.hf_config)

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.helpers import run_python, write_config_only_models
-from vllm_kimi_eagle.shortcut_policy import FLAG, SHORTCUT_ENV
+from vllm_kimi_eagle.serving.shortcut_policy import FLAG, SHORTCUT_ENV
 
 
 BUILD_CONFIGS = """

@@ -17,8 +17,8 @@ import shutil
 import pytest
 
 from tests.helpers import EXPORTS, LATE_CAPTURE, LATE_EXPORT
-from vllm_kimi_eagle.layer_ids import CONVENTION_KEY
-from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV
+from vllm_kimi_eagle.draft.layer_ids import CONVENTION_KEY
+from vllm_kimi_eagle.draft.rope_override import ROPE_THETA_ENV
 from vllm_kimi_eagle.tools.inspect_draft import format_report, inspect_draft
 
 BASE = "draft"

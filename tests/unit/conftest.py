@@ -1,5 +1,5 @@
 """tests/unit: what a test changes in vLLM (the plugin's installers, journaled by
-vllm_kimi_eagle/patching.py) is undone when it ends, so that no outcome depends on the
+vllm_kimi_eagle/compat/patching.py) is undone when it ends, so that no outcome depends on the
 order in which the tests run."""
 
 import os
@@ -7,7 +7,7 @@ import os
 import pytest
 from hypothesis import settings
 
-from vllm_kimi_eagle import patching
+from vllm_kimi_eagle.compat import patching
 
 # Generated cases per property test (per field where a test is parametrized over the draft
 # record's fields): 300 in the suite; 20 under the mutation run

@@ -9,19 +9,38 @@ from collections import Counter
 
 import pytest
 
+from vllm_kimi_eagle.tools.bench_e2e import k_schedule
 from vllm_kimi_eagle.tools.bench_e2e.chart import write_png
 from vllm_kimi_eagle.tools.bench_e2e.checks import goal_checks
-from vllm_kimi_eagle.tools.bench_e2e import k_schedule
 from vllm_kimi_eagle.tools.bench_e2e.grid import (
-    AA, ALL_K0, CONFIGS, IN_TREE, NO_SHORTCUT, NONE, PLUGIN, SCHEDULE_K0, BenchError,
-    balanced_order, bench_server_args, groups_of, plugin_problem, schedule_config, server_config,
-    server_groups, window_order,
+    AA,
+    ALL_K0,
+    CONFIGS,
+    IN_TREE,
+    NO_SHORTCUT,
+    NONE,
+    PLUGIN,
+    SCHEDULE_K0,
+    BenchError,
+    balanced_order,
+    bench_server_args,
+    groups_of,
+    plugin_problem,
+    schedule_config,
+    server_config,
+    server_groups,
+    window_order,
 )
 from vllm_kimi_eagle.tools.bench_e2e.report import format_report
 from vllm_kimi_eagle.tools.bench_e2e.stats import (
-    aa_check, best_k, cell, speedup_rows, spread, window_problem,
+    aa_check,
+    best_k,
+    cell,
+    speedup_rows,
+    spread,
+    window_problem,
 )
-from vllm_kimi_eagle.tools.spec_metrics import SpecCounters
+from vllm_kimi_eagle.tools.figures.spec_metrics import SpecCounters
 
 
 def window(config, k, concurrency, round_, tokens_per_s, group=0, drafts=10.0):
@@ -342,7 +361,7 @@ def test_schedule_needs_none_and_plugin_before_any_server_starts():
 def test_which_release_and_runner_serve_a_schedule_as_written(version, runner, dp, says):
     from packaging.version import Version
 
-    from vllm_kimi_eagle.tools import vllm_runners
+    from vllm_kimi_eagle.tools.engines import vllm_runners
 
     problem = vllm_runners.schedule_problem(runner, dp, Version(version))
     assert (problem is None) if says is None else (says in problem), problem
@@ -351,7 +370,7 @@ def test_which_release_and_runner_serve_a_schedule_as_written(version, runner, d
 def test_the_runner_a_server_gets():
     from packaging.version import Version
 
-    from vllm_kimi_eagle.tools import vllm_runners
+    from vllm_kimi_eagle.tools.engines import vllm_runners
 
     assert vllm_runners.serving_runner({}, on_cpu=True) == "v1"
     assert vllm_runners.serving_runner({"VLLM_USE_V2_MODEL_RUNNER": "1"}, True) == "v1"

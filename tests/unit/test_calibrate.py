@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from vllm_kimi_eagle.layer_ids import CONVENTION_ENV, CONVENTION_KEY, IDS_KEY
-from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV
+from vllm_kimi_eagle.draft.layer_ids import CONVENTION_ENV, CONVENTION_KEY, IDS_KEY
+from vllm_kimi_eagle.draft.rope_override import ROPE_THETA_ENV
 from vllm_kimi_eagle.tools.calibrate import candidates, scoring
 from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError
 from vllm_kimi_eagle.tools.calibrate.decision import decide
@@ -221,7 +221,7 @@ def test_the_tiny_target_is_known_also_through_links(tmp_path):
     {"rope_scaling": {"type": "yarn", "factor": 32.0}, "rope_theta": 50000.0},
 ], ids=["base-in-rope_scaling", "base-in-rope_parameters", "base-at-the-top"])
 def test_the_written_copy_serves_the_calibrated_base_wherever_the_config_wrote_it(tmp_path, rope):
-    from vllm_kimi_eagle.draft_config import read_draft_config
+    from vllm_kimi_eagle.draft.draft_config import read_draft_config
     from vllm_kimi_eagle.tools.calibrate.report import write_copy
 
     draft = tmp_path / "draft"

@@ -1,4 +1,4 @@
-"""The checkpoint checks (vllm_kimi_eagle/checkpoint.py) on tensor tables and small
+"""The checkpoint checks (vllm_kimi_eagle/draft/checkpoint.py) on tensor tables and small
 safetensors files written here: each problem it names, and what it lets through. Through
 vLLM's config path: tests/integration/test_checkpoints.py."""
 
@@ -13,9 +13,9 @@ import torch
 from safetensors.torch import save_file
 
 from tests.records import spec_from_config
-from vllm_kimi_eagle import checkpoint
-from vllm_kimi_eagle.checkpoint import TensorInfo
-from vllm_kimi_eagle.draft_spec import expected_tensors
+from vllm_kimi_eagle.draft import checkpoint
+from vllm_kimi_eagle.draft.checkpoint import TensorInfo
+from vllm_kimi_eagle.draft.draft_spec import expected_tensors
 from vllm_kimi_eagle.fixtures import variants
 
 FILE = "/d/model.safetensors"

@@ -176,7 +176,7 @@ def test_three_requests_give_no_verdict():
 def test_per_request_sums_are_checked_against_the_window():
     """Against the server's counters as /metrics writes them (parsed as compare parses a
     scrape), not against the sums' own summary: an error in the summing fails here."""
-    from vllm_kimi_eagle.tools import spec_metrics
+    from vllm_kimi_eagle.tools.figures import spec_metrics
 
     answers = _answers(["a", "b"], [[0, 1, 1, 1], [1, 0, 0, 1]])
     # 5 steps, 15 draft tokens; accepted 1+2+3 and 0+3: 9; positions 3+1, 2+1, 1+1.

@@ -1,6 +1,6 @@
 """Template nulls in a kimi_k2 config: which are read as defaults, which are refused."""
 
-from vllm_kimi_eagle.config_alias import refused_nulls
+from vllm_kimi_eagle.serving.config_alias import refused_nulls
 
 REFUSED = {"tie_word_embeddings", "chunk_size_feed_forward", "vocab_size", "rms_norm_eps"}
 

@@ -1,8 +1,8 @@
-"""The CPU memory mend's line (vllm_kimi_eagle/cpu_memory.py): what it says it did."""
+"""The CPU memory mend's line (vllm_kimi_eagle/cpu/cpu_memory.py): what it says it did."""
 
 from __future__ import annotations
 
-from vllm_kimi_eagle.cpu_memory import log_line
+from vllm_kimi_eagle.cpu.cpu_memory import log_line
 
 
 def test_the_line_names_replaced_draft_tensors_only_for_a_model_drafter():

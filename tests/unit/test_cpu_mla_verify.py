@@ -1,4 +1,4 @@
-"""The CPU MLA backend's multi-token decode rows (vllm_kimi_eagle/cpu_mla_verify.py), and the
+"""The CPU MLA backend's multi-token decode rows (vllm_kimi_eagle/cpu/cpu_mla_verify.py), and the
 builder installed on this vLLM (real vLLM classes, no engine; served: tests/e2e/
 test_cpu_mla_verify_e2e.py)."""
 
@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_kimi_eagle import cpu_mla_verify, vllm_compat
+from vllm_kimi_eagle.compat import vllm_compat
+from vllm_kimi_eagle.cpu import cpu_mla_verify
 
 
 def test_each_query_token_sees_the_sequence_up_to_itself():

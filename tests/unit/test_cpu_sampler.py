@@ -1,4 +1,4 @@
-"""The plugin's mends of vLLM's CPU rejection sampler (vllm_kimi_eagle/cpu_sampler.py): the
+"""The plugin's mends of vLLM's CPU rejection sampler (vllm_kimi_eagle/cpu/cpu_sampler.py): the
 expand stand-in against the Triton kernel's semantics, the top-k path on an empty batch,
 both defects on this release's own vLLM functions, and the sampler path of this release with
 the mends in place (real vLLM code, no engine)."""
@@ -13,7 +13,8 @@ import os
 import pytest
 import torch
 
-from vllm_kimi_eagle import cpu_sampler, vllm_compat
+from vllm_kimi_eagle.compat import vllm_compat
+from vllm_kimi_eagle.cpu import cpu_sampler
 
 # cu_num_tokens [3, 3, 5]: the second request has no draft tokens.
 CU = torch.tensor([3, 3, 5], dtype=torch.int32)
@@ -104,7 +105,8 @@ def test_top_k_wrapper_keeps_vllm_on_rows_and_passes_empty_batches():
 INSTALLED = """
 import importlib, json
 import torch
-from vllm_kimi_eagle import cpu_sampler, vllm_compat
+from vllm_kimi_eagle.compat import vllm_compat
+from vllm_kimi_eagle.cpu import cpu_sampler
 statuses = cpu_sampler.install_cpu_sampler()
 result = {"statuses": statuses, "again": cpu_sampler.install_cpu_sampler(),
           "skipped": vllm_compat.cpu_stand_ins_skipped()}

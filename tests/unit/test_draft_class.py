@@ -1,4 +1,4 @@
-"""Which class serves a draft (vllm_kimi_eagle/draft_class.py), read through the draft
+"""Which class serves a draft (vllm_kimi_eagle/draft/draft_class.py), read through the draft
 report as the hook and inspect read it: every quantization config real exporters write
 (tests/data), under every value of the switches that decide it."""
 
@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from vllm_kimi_eagle.draft_config import QUANT_FILE, as_record
-from vllm_kimi_eagle.draft_report import draft_report
+from vllm_kimi_eagle.draft.draft_config import QUANT_FILE, as_record
+from vllm_kimi_eagle.draft.draft_report import draft_report
 from vllm_kimi_eagle.fixtures import variants
 
 EXPORTS = json.load(open(os.path.join(os.path.dirname(__file__), os.pardir, "data",
@@ -82,7 +82,7 @@ GAPS = {
 @pytest.mark.parametrize("field", list(GAPS))
 def test_a_draft_that_needs_the_plugins_class_is_refused_naming_the_field(field):
     extra, names = GAPS[field]
-    from vllm_kimi_eagle.checkpoint import TensorInfo
+    from vllm_kimi_eagle.draft.checkpoint import TensorInfo
 
     tensors = {name: TensorInfo("d/model.safetensors", (1,), "BF16") for name in names or ()}
     found = report(config(extra | OTHER), tensors=tensors or None)
@@ -137,7 +137,7 @@ def test_a_llama_draft_is_never_the_plugins():
     ({"VLLM_KIMI_EAGLE_DRAFT": "sideways"}, True, "plugin"),  # unreadable: the default
 ])
 def test_the_class_asked_for_follows_every_switch(environ, act, asked):
-    from vllm_kimi_eagle.draft_class import asked_class
+    from vllm_kimi_eagle.draft.draft_class import asked_class
 
     assert asked_class(environ, act) == asked
 

@@ -1,4 +1,4 @@
-"""The draft's config.json record (vllm_kimi_eagle/draft_config.py): what it reads, where
+"""The draft's config.json record (vllm_kimi_eagle/draft/draft_config.py): what it reads, where
 it reads it from, and the words of each refusal. Generated malformed configs:
 tests/unit/test_draft_config_properties.py."""
 
@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from vllm_kimi_eagle.draft_config import (
+from vllm_kimi_eagle.draft.draft_config import (
     CONVENTION_KEY,
     IDS_KEY,
     NESTED_IDS,
@@ -320,7 +320,7 @@ def test_two_blocks_that_leave_the_same_value_to_transformers_agree():
 def test_the_plugins_own_attribute_is_never_read_from_a_file():
     """The hook's decisions travel on vLLM's config object under this name; a config.json
     that carries it would stand in for them."""
-    from vllm_kimi_eagle.draft_config import SERVED_KEY
+    from vllm_kimi_eagle.draft.draft_config import SERVED_KEY
 
     message = str(pytest.raises(DraftConfigError, parse, **{SERVED_KEY: {}}).value)
     assert message.startswith(f"{SOURCE}: field {SERVED_KEY!r} is there") \
@@ -336,7 +336,7 @@ def test_the_record_travels_as_json_and_comes_back_as_it_was():
     """vLLM's draft config carries the record to the engine's worker as JSON; what the
     record set from config.json's raw keys (fingerprints, rope blocks, where the
     quantization was read) comes back with it, and nothing is derived again."""
-    from vllm_kimi_eagle.draft_config import record_from_json, record_json
+    from vllm_kimi_eagle.draft.draft_config import record_from_json, record_json
 
     record = parse(**{"_torchspec_version": "0.2", "rope_theta": 50000,
                       "rope_parameters": {"rope_type": "default", "rope_theta": 50000.0},

@@ -29,8 +29,8 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from tests.records import spec_from_config
-from vllm_kimi_eagle import checkpoint
-from vllm_kimi_eagle.draft_config import (
+from vllm_kimi_eagle.draft import checkpoint
+from vllm_kimi_eagle.draft.draft_config import (
     CONVENTION_VALUES,
     IDS_KEY,
     MODELOPT_KEYS,
@@ -41,8 +41,8 @@ from vllm_kimi_eagle.draft_config import (
     DraftConfigError,
     parse_draft_config,
 )
-from vllm_kimi_eagle.draft_report import draft_report
-from vllm_kimi_eagle.draft_spec import expected_tensors
+from vllm_kimi_eagle.draft.draft_report import draft_report
+from vllm_kimi_eagle.draft.draft_spec import expected_tensors
 from vllm_kimi_eagle.fixtures import variants
 
 SOURCE = "/drafts/base/config.json"

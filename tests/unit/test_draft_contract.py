@@ -145,7 +145,7 @@ def draft_uses(modules) -> DraftUses:
 
 
 def _ours():
-    from vllm_kimi_eagle.draft_model import Eagle3DeepseekV2ForCausalLM
+    from vllm_kimi_eagle.serving.draft_model import Eagle3DeepseekV2ForCausalLM
 
     return Eagle3DeepseekV2ForCausalLM
 
@@ -241,7 +241,7 @@ def test_class_attributes_vllm_reads_on_the_draft_class_are_ours():
     for fused, parts in cls.packed_modules_mapping.items():
         params.add(fused)
         assert parts, fused
-    from vllm_kimi_eagle.draft_model import STACKED_PARAMS
+    from vllm_kimi_eagle.serving.draft_model import STACKED_PARAMS
 
     fused_in_module = {dest.rsplit(".", 1)[-1] for dest, _ in STACKED_PARAMS.values()}
     assert params == fused_in_module

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.records import spec_from_config
-from vllm_kimi_eagle.draft_config import DraftConfigError, parse_draft_config
+from vllm_kimi_eagle.draft.draft_config import DraftConfigError, parse_draft_config
 from vllm_kimi_eagle.fixtures import variants
 
 YARN = {"factor": 4.0, "original_max_position_embeddings": 1024, "beta_fast": 32.0,
@@ -165,8 +165,8 @@ def test_a_rope_type_is_refused_where_it_will_be_rotated_as_served(environ, ours
     """The refusal reads the positions decision and the class that serves, not config.json's
     mla_use_nope alone: a draft served with RoPE is refused for a rope vLLM rewrites,
     whatever the config says."""
-    from vllm_kimi_eagle.draft_config import as_record
-    from vllm_kimi_eagle.draft_report import draft_report
+    from vllm_kimi_eagle.draft.draft_config import as_record
+    from vllm_kimi_eagle.draft.draft_report import draft_report
 
     config = as_record(_config({"rope_scaling": {"type": "linear", "factor": 4.0},
                                 "mla_use_nope": True}), "d/config.json")

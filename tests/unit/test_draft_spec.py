@@ -6,8 +6,8 @@ import pytest
 from transformers import PretrainedConfig
 
 from tests.records import decide_positions, spec_from_config
+from vllm_kimi_eagle.draft.draft_config import parse_draft_config
 from vllm_kimi_eagle.fixtures import variants
-from vllm_kimi_eagle.draft_config import parse_draft_config
 
 
 def _empty_top_level_nested_ids(ids: list[int]) -> dict:
@@ -36,7 +36,7 @@ def _variant_config(name: str) -> dict:
 
 
 def test_kimi_k3_fields_are_read_into_the_spec():
-    from vllm_kimi_eagle.draft_spec import expected_tensors
+    from vllm_kimi_eagle.draft.draft_spec import expected_tensors
 
     nope = spec_from_config(_variant_config("draft-k3-nope"))
     gate = spec_from_config(_variant_config("draft-k3-gate"))
@@ -51,7 +51,7 @@ def test_kimi_k3_fields_are_read_into_the_spec():
     ("use_last_layernorm", "norm.weight"),
 ])
 def test_eagle_config_norm_flags_drop_their_norm(flag, tensor):
-    from vllm_kimi_eagle.draft_spec import expected_tensors
+    from vllm_kimi_eagle.draft.draft_spec import expected_tensors
 
     config = variants.draft_config(variants.DRAFT_VARIANTS[0])
     assert tensor in expected_tensors(spec_from_config(config))
@@ -64,7 +64,7 @@ def test_eagle_config_norm_flags_drop_their_norm(flag, tensor):
     ({"hidden_act": "situ"}, "hidden_act is 'situ'"),
 ])
 def test_fields_the_plugin_does_not_implement_are_refused_by_name(change, words):
-    from vllm_kimi_eagle.draft_spec import DraftConfigError
+    from vllm_kimi_eagle.draft.draft_spec import DraftConfigError
 
     config = variants.draft_config(variants.DRAFT_VARIANTS[0])
     if "eagle_config" in change:
@@ -76,7 +76,7 @@ def test_fields_the_plugin_does_not_implement_are_refused_by_name(change, words)
 
 
 def test_a_llama_draft_is_grouped_query_attention():
-    from vllm_kimi_eagle.draft_spec import expected_tensors, linear_weights
+    from vllm_kimi_eagle.draft.draft_spec import expected_tensors, linear_weights
 
     spec = spec_from_config(_variant_config(variants.LLAMA_DRAFT))
     assert (spec.attention, spec.num_kv_heads, spec.head_dim) == ("gqa", 2, 64)
@@ -160,7 +160,7 @@ def test_the_number_of_captured_states_follows_the_ids():
                                      "intermediate_size", "kv_lora_rank", "qk_nope_head_dim",
                                      "qk_rope_head_dim", "v_head_dim"])
 def test_a_missing_required_field_is_named(missing):
-    from vllm_kimi_eagle.draft_spec import DraftConfigError
+    from vllm_kimi_eagle.draft.draft_spec import DraftConfigError
 
     with pytest.raises(DraftConfigError) as err:
         spec_from_config(_base(**{missing: None}), source="d/config.json")
@@ -170,7 +170,7 @@ def test_a_missing_required_field_is_named(missing):
 
 
 def test_an_unknown_architecture_is_named_with_the_known_ones():
-    from vllm_kimi_eagle.draft_spec import DraftConfigError
+    from vllm_kimi_eagle.draft.draft_spec import DraftConfigError
 
     with pytest.raises(DraftConfigError) as err:
         spec_from_config(_base(architectures=["FooForCausalLM"]), source="d/config.json")
@@ -185,7 +185,7 @@ def test_an_unknown_architecture_is_named_with_the_known_ones():
 
 
 def test_without_q_lora_the_query_is_one_projection():
-    from vllm_kimi_eagle.draft_spec import expected_tensors, linear_weights
+    from vllm_kimi_eagle.draft.draft_spec import expected_tensors, linear_weights
 
     spec = spec_from_config(_base(q_lora_rank=None))
     tensors = expected_tensors(spec)
@@ -197,7 +197,7 @@ def test_without_q_lora_the_query_is_one_projection():
 
 
 def test_every_tensor_of_the_base_draft_and_its_shape():
-    from vllm_kimi_eagle.draft_spec import expected_tensors
+    from vllm_kimi_eagle.draft.draft_spec import expected_tensors
 
     tensors = expected_tensors(spec_from_config(_base(fc_norm=True)))
     attn = "layers.0.self_attn."
@@ -223,13 +223,13 @@ def test_every_tensor_of_the_base_draft_and_its_shape():
     ("layers.0.mlp.up_proj.weight", "layers.0.mlp.up_proj.weight"),
 ])
 def test_canonical_names(name, canonical):
-    from vllm_kimi_eagle.draft_spec import canonical_name
+    from vllm_kimi_eagle.draft.draft_spec import canonical_name
 
     assert canonical_name(name) == canonical
 
 
 def test_expected_dtype_only_for_quantized_linears():
-    from vllm_kimi_eagle.draft_spec import expected_dtype
+    from vllm_kimi_eagle.draft.draft_spec import expected_dtype
     from vllm_kimi_eagle.fixtures.quantized import SCHEMES
 
     plain = spec_from_config(_base())
@@ -247,7 +247,7 @@ def test_expected_dtype_only_for_quantized_linears():
 ])
 def test_fc_norm_and_use_aux_norm_must_agree_where_both_are_written(fc_norm, use_aux_norm,
                                                                     served):
-    from vllm_kimi_eagle.draft_spec import DraftConfigError
+    from vllm_kimi_eagle.draft.draft_spec import DraftConfigError
 
     config = _base(fc_norm=fc_norm, use_aux_norm=use_aux_norm)
     if served is not None:
@@ -266,7 +266,7 @@ def test_eagle_config_use_mtp_layernorm_false_is_served():
 
 
 def test_an_mla_rope_type_written_as_rope_type_is_named_so():
-    from vllm_kimi_eagle.draft_spec import DraftConfigError
+    from vllm_kimi_eagle.draft.draft_spec import DraftConfigError
 
     config = _base(rope_scaling=None, rope_parameters={"rope_type": "linear", "factor": 2.0})
     with pytest.raises(DraftConfigError, match="field 'rope_parameters.rope_type' is 'linear'"):
@@ -290,7 +290,7 @@ def test_a_llama_draft_without_head_dim_or_kv_heads_takes_its_attentions():
 
 
 def test_an_output_gate_is_a_linear_layer():
-    from vllm_kimi_eagle.draft_spec import linear_weights
+    from vllm_kimi_eagle.draft.draft_spec import linear_weights
 
     gate = spec_from_config(_variant_config("draft-k3-gate"))
     assert "layers.0.self_attn.g_proj.weight" in linear_weights(gate)
@@ -298,7 +298,7 @@ def test_an_output_gate_is_a_linear_layer():
 
 
 def test_only_the_leading_prefixes_are_renamed():
-    from vllm_kimi_eagle.draft_spec import canonical_name
+    from vllm_kimi_eagle.draft.draft_spec import canonical_name
 
     assert canonical_name("lm_head.model.weight") == "lm_head.model.weight"
     assert canonical_name("fc.midlayer.weight") == "fc.midlayer.weight"
@@ -314,7 +314,7 @@ def test_the_eagle_config_norms_are_there_unless_the_config_says_otherwise():
 
 
 def test_every_tensor_of_the_llama_draft_and_its_shape():
-    from vllm_kimi_eagle.draft_spec import expected_tensors
+    from vllm_kimi_eagle.draft.draft_spec import expected_tensors
 
     spec = spec_from_config(_variant_config(variants.LLAMA_DRAFT))
     attn = "layers.0.self_attn."
@@ -325,7 +325,7 @@ def test_every_tensor_of_the_llama_draft_and_its_shape():
 
 
 def test_the_linear_weights_of_the_base_draft():
-    from vllm_kimi_eagle.draft_spec import linear_weights
+    from vllm_kimi_eagle.draft.draft_spec import linear_weights
 
     layer = "layers.0."
     assert linear_weights(spec_from_config(_base())) == ["fc.weight"] + [

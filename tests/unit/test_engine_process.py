@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from vllm_kimi_eagle.tools import engine_process
+from vllm_kimi_eagle.tools.engines import engine_process
 
 CHILD = """
 import sys
-from vllm_kimi_eagle.tools import engine_process
+from vllm_kimi_eagle.tools.engines import engine_process
 def handler(request):
     if request.get("fail"):
         raise ValueError("Model architectures ['Eagle3Nothing'] are not supported. " + "x" * 9000)
@@ -63,7 +63,7 @@ def _alive(pid: int) -> bool:
 # core, a generic one raised to the caller.
 FAILING_SESSION = """
 import sys
-from vllm_kimi_eagle.tools import engine_process
+from vllm_kimi_eagle.tools.engines import engine_process
 def start(spec):
     print("(EngineCore pid=7) ERROR 11-25 09:30:01 [core.py:1] RuntimeError: expect weight to "
           "be bfloat16, float16, int8, fp8_e4m3 or uint8(mxfp4 or int4)", flush=True)
@@ -94,7 +94,7 @@ def test_a_session_that_fails_names_the_engines_error(tmp_path):
 
 
 def test_a_server_error_names_the_engines_error(tmp_path):
-    from vllm_kimi_eagle.tools import vllm_server
+    from vllm_kimi_eagle.tools.engines import vllm_server
 
     log = tmp_path / "server.log"
     log.write_text("INFO starting\n(EngineCore pid=7) ERROR [core.py:1] RuntimeError: expect "

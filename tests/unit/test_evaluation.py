@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from vllm_kimi_eagle.tools.engines.vllm_server import server_args
 from vllm_kimi_eagle.tools.evaluation.measure import context_problem
 from vllm_kimi_eagle.tools.evaluation.tasks import (
     TINY_TASK,
@@ -17,7 +18,6 @@ from vllm_kimi_eagle.tools.evaluation.tasks import (
     task_folder,
     task_output_types,
 )
-from vllm_kimi_eagle.tools.vllm_server import server_args
 
 
 @pytest.fixture(scope="module")
@@ -116,9 +116,9 @@ def test_each_document_gets_its_own_responses_acceptance_and_its_category():
     against the window's counters."""
     from collections import namedtuple
 
-    from vllm_kimi_eagle.tools import spec_metrics
     from vllm_kimi_eagle.tools.evaluation.measure import context_key, per_request
-    from vllm_kimi_eagle.tools.request_metrics import RequestAcceptance
+    from vllm_kimi_eagle.tools.figures import spec_metrics
+    from vllm_kimi_eagle.tools.figures.request_metrics import RequestAcceptance
 
     JsonChatStr = namedtuple("JsonChatStr", ["prompt"])
     contexts = ['[{"role": "user", "content": "a"}]', '[{"role": "user", "content": "b"}]']
@@ -148,9 +148,9 @@ def test_documents_with_the_same_prompt_each_get_their_own_response():
     """Two documents whose prompts are the same text: each response counts once, for one
     document (matched by text, a response could be counted twice and another never). A
     response without figures is left out and counted, and the rest still count."""
-    from vllm_kimi_eagle.tools import spec_metrics
     from vllm_kimi_eagle.tools.evaluation.measure import per_request
-    from vllm_kimi_eagle.tools.request_metrics import RequestAcceptance
+    from vllm_kimi_eagle.tools.figures import spec_metrics
+    from vllm_kimi_eagle.tools.figures.request_metrics import RequestAcceptance
 
     same = '[{"role": "user", "content": "same"}]'
     other = '[{"role": "user", "content": "other"}]'

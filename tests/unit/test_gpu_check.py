@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import run_cli
-from vllm_kimi_eagle import vllm_compat
-from vllm_kimi_eagle.tools import vllm_runners
+from vllm_kimi_eagle.compat import vllm_compat
+from vllm_kimi_eagle.tools.engines import vllm_runners
 from vllm_kimi_eagle.tools.gpu_check import cli
 from vllm_kimi_eagle.tools.gpu_check.matrix import (
     IN_TREE,

@@ -13,9 +13,9 @@ import os
 import pytest
 import torch
 
-from vllm_kimi_eagle.checkpoint import read_checkpoint
-from vllm_kimi_eagle.draft_config import parse_draft_config
-from vllm_kimi_eagle.draft_spec import canonical_name, expected_tensors, spec_from_config
+from vllm_kimi_eagle.draft.checkpoint import read_checkpoint
+from vllm_kimi_eagle.draft.draft_config import parse_draft_config
+from vllm_kimi_eagle.draft.draft_spec import canonical_name, expected_tensors, spec_from_config
 from vllm_kimi_eagle.fixtures import kimi_width as kw
 from vllm_kimi_eagle.fixtures import streamed_safetensors as streamed
 from vllm_kimi_eagle.fixtures import wide_weights as ww

@@ -19,7 +19,7 @@ def _result(case: verdicts.Case) -> dict:
               "token_ids": [kw.expected_tokens(p, 8, kw.KIMI) for p in PROMPTS],
               "memory": {"worker_anon_gib": 17.0}}
     if case.draft:
-        module = "vllm_kimi_eagle.draft_model" if case.draft_class == verdicts.PLUGIN \
+        module = "vllm_kimi_eagle.serving.draft_model" if case.draft_class == verdicts.PLUGIN \
             else "vllm.model_executor.models.deepseek_eagle3"
         result.update(drafts=6, draft_tokens=18, accepted_per_position=[6, 6, 6],
                       acceptance_length=4.0, draft_class=f"{module}.Eagle3DeepseekV2ForCausalLM",

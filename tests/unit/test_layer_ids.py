@@ -9,12 +9,8 @@ from __future__ import annotations
 import pytest
 
 from tests.records import resolve_layer_ids
-from vllm_kimi_eagle.draft_config import DraftConfigError
-from vllm_kimi_eagle.layer_ids import (
-    CONVENTION_ENV,
-    CONVENTION_KEY,
-    LayerIdError,
-)
+from vllm_kimi_eagle.draft.draft_config import DraftConfigError
+from vllm_kimi_eagle.draft.layer_ids import CONVENTION_ENV, CONVENTION_KEY, LayerIdError
 
 
 KIMI_LAYERS = 61
@@ -311,7 +307,7 @@ def test_the_fc_width_check_needs_both_sizes_and_a_whole_multiple():
 
 
 def test_default_ids():
-    from vllm_kimi_eagle.layer_ids import tools_default_ids, vllm_default_ids
+    from vllm_kimi_eagle.draft.layer_ids import tools_default_ids, vllm_default_ids
 
     assert vllm_default_ids(61) == [2, 30, 58] and tools_default_ids(61) == [1, 29, 57]
     assert tools_default_ids(6) == [1, 2]  # a set: L//2-1 and L-4 are both 2

@@ -1,9 +1,11 @@
-"""The package's layout: the runtime vLLM imports in every process (the modules at the
-package root) never imports the tools or the fixtures around it, and the strings vLLM and
-the installer resolve (the registered draft class, the entry points) name real objects.
+"""The package's layout: the runtime vLLM imports in every process never imports the
+tools or the fixtures around it; its groups import only downward (``compat`` at the
+bottom, then ``draft`` and ``cpu``, then ``serving``), and so do the tools' shared
+helpers; no module imports itself back through others; and the strings vLLM and the
+installer resolve (the registered draft class, the entry points) name real objects.
 
-The runtime modules are read with ``ast``, not imported: an import inside a function
-counts too, since vLLM may reach it in any process.
+The modules are read with ``ast``, not imported: an import inside a function counts too,
+since vLLM may reach it in any process.
 """
 
 from __future__ import annotations
@@ -20,26 +22,59 @@ from tests.helpers import REPO
 PACKAGE = "vllm_kimi_eagle"
 # The packages around the runtime; the runtime must not import them.
 NOT_RUNTIME = (f"{PACKAGE}.tools", f"{PACKAGE}.fixtures")
-DRAFT_CLASS = "vllm_kimi_eagle.draft_model:Eagle3DeepseekV2ForCausalLM"
+DRAFT_CLASS = "vllm_kimi_eagle.serving.draft_model:Eagle3DeepseekV2ForCausalLM"
 # The lazy name vLLM's registry holds (draft_class_entry.py).
-REGISTERED_NAME = "vllm_kimi_eagle.draft_class_entry:Eagle3DeepseekV2ForCausalLM"
+REGISTERED_NAME = "vllm_kimi_eagle.serving.draft_class_entry:Eagle3DeepseekV2ForCausalLM"
 PLUGIN_ENTRY_POINT = "vllm_kimi_eagle:register"
 
 
+# What each group of the runtime, and of the tools' shared helpers, may import besides
+# itself: the layers, from the bottom up. The package's __init__.py (register()) sits on top.
+MAY_IMPORT = {
+    "settings": (),
+    "compat": ("settings",),
+    "draft": ("compat", "settings"),
+    "cpu": ("compat", "settings"),
+    "serving": ("draft", "cpu", "compat", "settings"),
+    "tools.figures": ("compat",),
+    "tools.models": ("draft",),
+    "tools.engines": ("tools.figures", "compat"),
+}
+
+
+def module_name(path: str, repo: str = REPO) -> str:
+    relative = os.path.relpath(path, repo)[: -len(".py")].replace(os.sep, ".")
+    return relative.removesuffix(".__init__")
+
+
+def package_files(*parts: str, repo: str = REPO) -> list[str]:
+    """Every .py file under the package folder PARTS, subpackages included."""
+    top = os.path.join(repo, PACKAGE, *parts)
+    return sorted(os.path.join(folder, name) for folder, _, names in os.walk(top)
+                  for name in names if name.endswith(".py"))
+
+
 def runtime_modules() -> list[str]:
-    """Every module directly in the package folder (not in its subpackages)."""
-    folder = os.path.join(REPO, PACKAGE)
-    return sorted(os.path.join(folder, name) for name in os.listdir(folder)
-                  if name.endswith(".py"))
+    """The runtime: every module of the package but the tools and the fixtures."""
+    outside = tuple(os.path.join(REPO, *name.split(".")) + os.sep for name in NOT_RUNTIME)
+    return [path for path in package_files() if not path.startswith(outside)]
+
+
+def group_of(module: str) -> str | None:
+    """The MAY_IMPORT group a module of the package belongs to (None: the package's own
+    __init__, or a module outside every group)."""
+    inside = module.removeprefix(PACKAGE + ".")
+    return next((g for g in sorted(MAY_IMPORT, key=len, reverse=True)
+                 if inside == g or inside.startswith(g + ".")), None)
 
 
 def _is_outside_runtime(module: str) -> bool:
     return any(module == name or module.startswith(name + ".") for name in NOT_RUNTIME)
 
 
-def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
-    """(line, module) for every import of a module at the package root: ``import``,
-    ``from ... import`` (absolute, or relative to the package), anywhere in the file, and
+def imported_modules(tree: ast.AST, package: str = PACKAGE) -> list[tuple[int, str]]:
+    """(line, module) for every import in a module of ``package``: ``import``,
+    ``from ... import`` (absolute, or relative to ``package``), anywhere in the file, and
     ``importlib.import_module``/``__import__`` of a literal name."""
     found = []
     for node in ast.walk(tree):
@@ -48,8 +83,9 @@ def imported_modules(tree: ast.AST) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom):
             if node.level == 0:
                 base = node.module or ""
-            else:  # relative to a module directly in the package
-                parts = PACKAGE.split(".")[: max(0, 1 - (node.level - 1))]
+            else:  # relative to the module's package
+                parts = package.split(".")
+                parts = parts[: max(0, len(parts) - (node.level - 1))]
                 base = ".".join(parts + ([node.module] if node.module else []))
             found.append((node.lineno, base))
             # `from vllm_kimi_eagle import tools` imports the subpackage itself.
@@ -78,7 +114,7 @@ def forbidden_imports(path: str, source: str | None = None) -> list[str]:
     "from vllm_kimi_eagle import tools",
     "from .tools import vllm_server",
     "from . import fixtures",
-    "def later():\n    from vllm_kimi_eagle.tools.spec_metrics import Scrape",
+    "def later():\n    from vllm_kimi_eagle.tools.figures.spec_metrics import Scrape",
     "import importlib\nimportlib.import_module('vllm_kimi_eagle.fixtures.k25')",
 ], ids=["import", "from-import", "subpackage", "relative", "relative-subpackage",
         "in-function", "import_module"])
@@ -88,7 +124,7 @@ def test_the_check_finds_every_kind_of_import(source):
 
 
 @pytest.mark.parametrize("source", [
-    "from vllm_kimi_eagle.layer_ids import resolve_layer_ids",
+    "from vllm_kimi_eagle.draft.layer_ids import resolve_layer_ids",
     "from . import vllm_compat",
     "from .settings import value",
     "import vllm_kimi_eagle.toolsmith",
@@ -101,7 +137,7 @@ def test_the_check_lets_the_runtime_import_itself(source):
 def test_runtime_imports_neither_tools_nor_fixtures():
     modules = runtime_modules()
     assert os.path.join(REPO, PACKAGE, "__init__.py") in modules
-    assert os.path.join(REPO, PACKAGE, "draft_model.py") in modules
+    assert os.path.join(REPO, PACKAGE, "serving", "draft_model.py") in modules
     problems = [p for path in modules for p in forbidden_imports(path)]
     assert not problems, (
         "the runtime (vLLM imports it in every process) must not import the tools or "
@@ -118,7 +154,7 @@ def resolve(target: str):
 
 
 def test_registered_draft_class_resolves():
-    from vllm_kimi_eagle.architectures import DRAFT_CLASS as registered
+    from vllm_kimi_eagle.draft.architectures import DRAFT_CLASS as registered
 
     assert registered == REGISTERED_NAME
     cls = resolve(REGISTERED_NAME)  # on a checked minor: the plugin's class
@@ -140,3 +176,79 @@ def test_declared_entry_points_resolve():
     assert resolve(PLUGIN_ENTRY_POINT) is vllm_kimi_eagle.register
     for (group, name), target in declared.items():
         assert callable(resolve(target)), (group, name, target)
+
+
+def imports_of(path: str, repo: str = REPO) -> set[str]:
+    """The package's modules that the file at PATH imports. Packages are left out: their
+    __init__.py files hold a docstring, and ``from PACKAGE import module`` names the module."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), filename=path)
+    name = module_name(path, repo)
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    files = package_files(repo=repo)
+    modules = {module_name(p, repo) for p in files if not p.endswith("__init__.py")}
+    return {module for _, module in imported_modules(tree, package)
+            if module in modules and module != name}
+
+
+def upward_imports(paths: list[str], repo: str = REPO) -> list[str]:
+    """``MODULE imports OTHER`` for each import that leaves the module's group for one the
+    group may not import (MAY_IMPORT)."""
+    problems = []
+    for path in paths:
+        module = module_name(path, repo)
+        group = group_of(module)
+        if group is None:
+            continue
+        for other in sorted(imports_of(path, repo)):
+            theirs = group_of(other)
+            if theirs is not None and theirs != group and theirs not in MAY_IMPORT[group]:
+                problems.append(f"{module} ({group}) imports {other} ({theirs})")
+    return problems
+
+
+def test_the_groups_import_only_downward():
+    paths = runtime_modules() + package_files("tools", "engines") + \
+        package_files("tools", "figures") + package_files("tools", "models")
+    assert {group_of(module_name(p)) for p in paths} >= set(MAY_IMPORT)
+    problems = upward_imports(paths)
+    assert not problems, "imports that run back up (tests/unit/test_layout.py MAY_IMPORT):\n" \
+        + "\n".join(problems)
+
+
+def test_an_import_back_up_is_named(tmp_path):
+    """The check above, shown failing: a module of ``draft`` importing ``serving``."""
+    folder = tmp_path / PACKAGE / "draft"
+    folder.mkdir(parents=True)
+    (tmp_path / PACKAGE / "__init__.py").write_text("")
+    (tmp_path / PACKAGE / "serving").mkdir()
+    (tmp_path / PACKAGE / "serving" / "__init__.py").write_text("")
+    (tmp_path / PACKAGE / "serving" / "hook.py").write_text("")
+    (folder / "__init__.py").write_text("")
+    (folder / "record.py").write_text("def later():\n"
+                                      "    from vllm_kimi_eagle.serving import hook\n")
+    problems = upward_imports([str(folder / "record.py")], repo=str(tmp_path))
+    assert problems == ["vllm_kimi_eagle.draft.record (draft) imports "
+                        "vllm_kimi_eagle.serving.hook (serving)"]
+
+
+def test_no_module_of_the_package_imports_itself_back():
+    """No circle of imports anywhere in the package (tools and fixtures included)."""
+    graph = {module_name(p): imports_of(p) for p in package_files()}
+    done, stack, circles = set(), [], []
+
+    def visit(module):
+        if module in stack:
+            circles.append(" -> ".join(stack[stack.index(module):] + [module]))
+            return
+        if module in done:
+            return
+        stack.append(module)
+        for other in sorted(graph.get(module, ())):
+            visit(other)
+        stack.pop()
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module)
+    assert not circles, "import circles:\n" + "\n".join(circles)

@@ -19,7 +19,7 @@ def _result(case: lv.Case) -> dict:
     result = {"start_s": 30.0, "generate_s": 2.0, "token_ids": [list(t) for t in TOKENS],
               "memory": {"worker_anon_gib": 1.6}}
     if case.draft:
-        module = "vllm_kimi_eagle.draft_model" if case.draft_class == lv.PLUGIN \
+        module = "vllm_kimi_eagle.serving.draft_model" if case.draft_class == lv.PLUGIN \
             else "vllm.model_executor.models.deepseek_eagle3"
         served = WRONG[case.control] if case.control else RIGHT[case.draft]
         result.update(drafts=10, acceptance_length=served, reference_acceptance=served,

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from vllm_kimi_eagle.tools import spec_metrics
 from vllm_kimi_eagle.tools.evaluation import lm_eval_cli
+from vllm_kimi_eagle.tools.figures import spec_metrics
 
 SPEC = '{"method": "eagle3", "model": "/m/draft", "num_speculative_tokens": 3}'
 

@@ -76,8 +76,8 @@ def test_every_margin_reads_a_trained_draft_and_says_what_it_does():
 
 
 def test_a_nope_draft_served_with_rope_computes_another_draft_and_comes_back():
-    from vllm_kimi_eagle.draft_config import parse_draft_config
-    from vllm_kimi_eagle.draft_spec import spec_from_config
+    from vllm_kimi_eagle.draft.draft_config import parse_draft_config
+    from vllm_kimi_eagle.draft.draft_spec import spec_from_config
     from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
     from vllm_kimi_eagle.fixtures.variants import DraftVariant, draft_config
 

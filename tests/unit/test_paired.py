@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from vllm_kimi_eagle.tools import paired
+from vllm_kimi_eagle.tools.figures import paired
 
 
 def spread_pairs(n: int, mean: float = 0.2) -> tuple[list[float], list[float]]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vllm_kimi_eagle.tools import paired
+from vllm_kimi_eagle.tools.figures import paired
 
 K = 3
 RUNS = 400

@@ -1,4 +1,4 @@
-"""Every change the plugin makes to vLLM, journaled and undone (vllm_kimi_eagle/patching.py),
+"""Every change the plugin makes to vLLM, journaled and undone (vllm_kimi_eagle/compat/patching.py),
 on stand-in classes and registries: each kind of change, each kind of method, and what is
 refused."""
 
@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from vllm_kimi_eagle import patching
+from vllm_kimi_eagle.compat import patching
 
 MODULE = "vllm_kimi_eagle_patching_probe"
 
@@ -79,7 +79,7 @@ def test_each_kind_of_method_is_wrapped_kept_and_undone(owner, name, call, expec
 
 
 def test_a_property_or_a_missing_place_is_refused_with_a_warning(owner, caplog):
-    caplog.set_level(logging.WARNING, logger="vllm.vllm_kimi_eagle.patching")
+    caplog.set_level(logging.WARNING, logger="vllm.vllm_kimi_eagle.compat.patching")
     start = patching.mark()
     assert not patching.wrap_method((MODULE, "Owner"), "prop", tagging, "LOST-A")
     assert not patching.wrap_method((MODULE, "Nobody"), "method", tagging, "LOST-B")

@@ -1,4 +1,4 @@
-"""Quantized drafts (vllm_kimi_eagle/quantization.py): the schemes read from a config, the
+"""Quantized drafts (vllm_kimi_eagle/draft/quantization.py): the schemes read from a config, the
 tensors each adds, the dtype rule, and where a platform cannot serve them right."""
 
 from __future__ import annotations
@@ -11,16 +11,10 @@ import os
 import re
 
 from tests.records import spec_from_config
-from vllm_kimi_eagle import checkpoint
-from vllm_kimi_eagle.draft_config import QUANT_FILE, parse_draft_config, read_draft_config
-from vllm_kimi_eagle.draft_spec import (
-    DraftConfigError,
-    expected_tensors,
-    linear_weights,
-)
-from vllm_kimi_eagle.fixtures import variants
-from vllm_kimi_eagle.fixtures.quantized import SCHEMES, block_fp8, int8_per_channel
-from vllm_kimi_eagle.quantization import (
+from vllm_kimi_eagle.draft import checkpoint
+from vllm_kimi_eagle.draft.draft_config import QUANT_FILE, parse_draft_config, read_draft_config
+from vllm_kimi_eagle.draft.draft_spec import DraftConfigError, expected_tensors, linear_weights
+from vllm_kimi_eagle.draft.quantization import (
     OTHER,
     Quantization,
     QuantizationConfigError,
@@ -28,6 +22,8 @@ from vllm_kimi_eagle.quantization import (
     scheme_words,
     serving_problem,
 )
+from vllm_kimi_eagle.fixtures import variants
+from vllm_kimi_eagle.fixtures.quantized import SCHEMES, block_fp8, int8_per_channel
 
 
 def config(quantization_config=None):
@@ -103,7 +99,7 @@ def test_the_plugins_class_loads_its_schemes_and_names_the_others(export):
 
 def test_the_scheme_is_named_in_words():
     by_name = {e["name"]: e["quantization_config"] for e in EXPORTS}
-    from vllm_kimi_eagle.quantization import scheme_words
+    from vllm_kimi_eagle.draft.quantization import scheme_words
 
     assert scheme_words(by_name["ct-0.17-nvfp4"]) == (
         "compressed-tensors (group_0: weights float 4-bit tensor_group group 16 dynamic "
@@ -277,7 +273,7 @@ def test_two_groups_are_left_to_vllm():
 def test_the_scheme_is_named_whatever_the_spelling_of_its_method():
     """vLLM reads quant_method case-blind, compressed_tensors as compressed-tensors; so do
     the plugin's decision and its words."""
-    from vllm_kimi_eagle.quantization import scheme_words
+    from vllm_kimi_eagle.draft.quantization import scheme_words
 
     group = SCHEMES["int8-channel"](None)["config_groups"]
     spelled = {"quant_method": "Compressed_Tensors", "config_groups": group}

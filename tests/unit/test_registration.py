@@ -10,7 +10,7 @@ import logging
 import pytest
 from packaging.version import Version
 
-from vllm_kimi_eagle import vllm_compat
+from vllm_kimi_eagle.compat import vllm_compat
 
 
 def test_entry_point_is_installed():
@@ -22,7 +22,7 @@ def test_entry_point_is_installed():
 
 def test_bad_draft_choice_is_the_default_and_a_line_naming_the_variable():
     from vllm_kimi_eagle import settings
-    from vllm_kimi_eagle.draft_class import asked_class
+    from vllm_kimi_eagle.draft.draft_class import asked_class
 
     assert asked_class({"VLLM_KIMI_EAGLE_DRAFT": "tree"}, verdict_act=True) == "plugin"
     [line] = settings.problems({"VLLM_KIMI_EAGLE_DRAFT": "tree"})

@@ -1,4 +1,4 @@
-"""The draft class's contract with vLLM (vllm_kimi_eagle/release_gate.py, the tables in
+"""The draft class's contract with vLLM (vllm_kimi_eagle/compat/release_gate.py, the tables in
 vllm_compat.py): the pure checks on signatures that moved, the real installed vLLM (the
 contract must hold on every release the plugin was checked on, so on this one), and the
 tables against draft_model.py, which they describe."""
@@ -11,7 +11,7 @@ import inspect
 import pytest
 
 from tests.helpers import REPO
-from vllm_kimi_eagle import release_gate, vllm_compat
+from vllm_kimi_eagle.compat import release_gate, vllm_compat
 
 MLA_ATTENTION = ("vllm.model_executor.models.deepseek_v2", "DeepseekV2MLAAttention")
 
@@ -194,7 +194,7 @@ def test_a_contract_that_cannot_be_read_is_a_problem_never_an_exception(monkeypa
 # ---- the tables against draft_model.py ------------------------------------------------------
 
 def _draft_model_tree() -> ast.Module:
-    with open(f"{REPO}/vllm_kimi_eagle/draft_model.py") as f:
+    with open(f"{REPO}/vllm_kimi_eagle/serving/draft_model.py") as f:
         return ast.parse(f.read())
 
 
@@ -241,7 +241,7 @@ def test_the_contract_states_the_calls_the_draft_class_makes():
 
 def test_our_class_takes_every_parameter_of_the_class_it_replaces():
     """The interface vLLM's own MLA draft class has (DRAFT_INTERFACE): ours takes each."""
-    from vllm_kimi_eagle.draft_model import Eagle3DeepseekV2ForCausalLM
+    from vllm_kimi_eagle.serving.draft_model import Eagle3DeepseekV2ForCausalLM
 
     for method, takes in vllm_compat.DRAFT_INTERFACE:
         parameters = inspect.signature(getattr(Eagle3DeepseekV2ForCausalLM, method)).parameters

@@ -9,8 +9,8 @@ import random
 import pytest
 from packaging.version import Version
 
-from vllm_kimi_eagle.tools import paired, request_metrics, spec_metrics
-from vllm_kimi_eagle.tools.request_metrics import RequestAcceptance
+from vllm_kimi_eagle.tools.figures import paired, request_metrics, spec_metrics
+from vllm_kimi_eagle.tools.figures.request_metrics import RequestAcceptance
 
 RESPONSE = {"choices": [{"text": "x"}], "metrics": {"speculative_decoding": {
     "mean_acceptance_length": 2.5, "draft_acceptance_rate": 0.5,

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_kimi_eagle import shortcut_policy, vllm_compat
-from vllm_kimi_eagle.shortcut_policy import FLAG, SHORTCUT_ENV, decide
+from vllm_kimi_eagle.compat import vllm_compat
+from vllm_kimi_eagle.serving import shortcut_policy
+from vllm_kimi_eagle.serving.shortcut_policy import FLAG, SHORTCUT_ENV, decide
 
 
 DEFAULTS = {FLAG: False, "draft_sample_method": "greedy",

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from vllm_kimi_eagle.tools import spec_metrics
-from vllm_kimi_eagle.tools.spec_metrics import Scrape, spec_counters, time_per_output_token_ms
+from vllm_kimi_eagle.tools.figures import spec_metrics
+from vllm_kimi_eagle.tools.figures.spec_metrics import (
+    Scrape,
+    spec_counters,
+    time_per_output_token_ms,
+)
 
 
 METRICS_TEXT = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
@@ -48,7 +52,11 @@ def test_batch_size_from_polled_running_requests():
 
 
 def test_draft_tokens_per_step_from_the_counters():
-    from vllm_kimi_eagle.tools.spec_metrics import GENERATION_TOKENS, Scrape, draft_tokens_per_step
+    from vllm_kimi_eagle.tools.figures.spec_metrics import (
+        GENERATION_TOKENS,
+        Scrape,
+        draft_tokens_per_step,
+    )
 
     # 2 requests x 10 tokens: 1 from each prefill, then 6 decode steps drafting 3 tokens
     # each and accepting 2 of them on average (6 x 3 = 18 drafted, 12 accepted, 2 + 6 + 12 = 20).

@@ -1,10 +1,11 @@
-"""The speculative hook's helpers (vllm_kimi_eagle/draft_plan.py, draft_checks.py), without vLLM
-building a config: the headers cache."""
+"""The speculative hook's helpers (vllm_kimi_eagle/serving/draft_plan.py, draft_checks.py),
+without vLLM building a config: the headers cache."""
 
 from __future__ import annotations
 
-from vllm_kimi_eagle import checkpoint, draft_checks, draft_plan
-from vllm_kimi_eagle.draft_source import DraftHeaders
+from vllm_kimi_eagle.draft import checkpoint
+from vllm_kimi_eagle.draft.draft_source import DraftHeaders
+from vllm_kimi_eagle.serving import draft_checks, draft_plan
 
 TENSORS = {"fc.weight": checkpoint.TensorInfo("org/draft/model.safetensors", (2, 6), "F32")}
 
@@ -30,13 +31,13 @@ def test_a_failed_header_read_is_tried_again_and_a_good_one_kept(monkeypatch):
 def test_a_gated_draft_is_refused_where_vllm_never_applies_the_gate(monkeypatch):
     from packaging.version import Version
 
-    from vllm_kimi_eagle import vllm_compat
-    from vllm_kimi_eagle.draft_config import DraftConfigError
-    from vllm_kimi_eagle.draft_report import draft_report
+    from vllm_kimi_eagle.compat import vllm_compat
+    from vllm_kimi_eagle.draft.draft_config import DraftConfigError
+    from vllm_kimi_eagle.draft.draft_report import draft_report
     from vllm_kimi_eagle.fixtures import variants
 
     config = dict(variants.draft_config(variants.DRAFT_VARIANTS[0]), mla_use_output_gate=True)
-    from vllm_kimi_eagle.draft_config import parse_draft_config
+    from vllm_kimi_eagle.draft.draft_config import parse_draft_config
 
     report = draft_report(parse_draft_config(config, "/d/config.json"), None,
                           target_layers=6, target_hidden=256, target_vocab=512,

@@ -3,7 +3,7 @@ bench-e2e both report them)."""
 
 from __future__ import annotations
 
-from vllm_kimi_eagle.tools.speedup import speedups
+from vllm_kimi_eagle.tools.figures.speedup import speedups
 
 
 def test_speedups_flag_disagreement():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.helpers import skip_without_a_device
-from vllm_kimi_eagle.top_tokens import (
+from vllm_kimi_eagle.serving.top_tokens import (
     d2t_is_increasing,
     reduce_top1,
     shard_top1,
@@ -104,8 +104,8 @@ def test_draft_class_matches_plain_path_with_a_bf16_logit_scale():
     skip_without_a_device()
     from vllm.model_executor.layers.logits_processor import LogitsProcessor
 
+    from vllm_kimi_eagle.serving.draft_model import Eagle3DeepseekV2ForCausalLM as Ours
     from vllm_kimi_eagle.tools.bench_sampler import DraftHead, single_rank_vllm
-    from vllm_kimi_eagle.draft_model import Eagle3DeepseekV2ForCausalLM as Ours
 
     grid = torch.arange(1.0, 2.0, 2**-7, dtype=torch.bfloat16)  # consecutive bf16 values
     scale = next(s for s in (0.3, 0.7, 1 / 3, 0.9) if bool(

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from vllm_kimi_eagle import vllm_compat
-from vllm_kimi_eagle.tools import request_metrics, vllm_runners
+from vllm_kimi_eagle.compat import vllm_compat
+from vllm_kimi_eagle.tools.engines import vllm_runners
+from vllm_kimi_eagle.tools.figures import request_metrics
 
 # Version strings as vLLM reports them: releases, pre-releases, development builds, local
 # builds, and one that names no release.

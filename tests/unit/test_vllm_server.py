@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from vllm_kimi_eagle.tools import vllm_server
+from vllm_kimi_eagle.tools.engines import vllm_server
 
 
 def test_split_keeps_the_last_cpu_for_the_front_end_unless_the_user_chose():

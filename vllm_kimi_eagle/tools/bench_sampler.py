@@ -116,7 +116,7 @@ def single_rank_vllm():
         initialize_model_parallel,
     )
 
-    from vllm_kimi_eagle.tools.vllm_server import free_port
+    from vllm_kimi_eagle.tools.engines.vllm_server import free_port
 
     port = free_port()
     with set_current_vllm_config(VllmConfig()):
@@ -150,7 +150,7 @@ class DraftHead(nn.Module):
         from vllm.model_executor.layers.logits_processor import LogitsProcessor
         from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
-        from vllm_kimi_eagle import top_tokens
+        from vllm_kimi_eagle.serving import top_tokens
 
         self.lm_head = ParallelLMHead(draft_vocab, hidden or 1, params_dtype=dtype)
         if hidden:  # rows past draft_vocab are the head's padding and stay zero
@@ -171,7 +171,7 @@ class DraftHead(nn.Module):
 
 def upstream_classes() -> tuple[type | None, type | None, str]:
     """(vLLM's in-tree MLA draft class, LocalArgmaxMixin, why one is missing)."""
-    from vllm_kimi_eagle import vllm_compat
+    from vllm_kimi_eagle.compat import vllm_compat
 
     mixin = vllm_compat.local_argmax_mixin()
     try:
@@ -185,7 +185,7 @@ def upstream_classes() -> tuple[type | None, type | None, str]:
 
 def paths(head: DraftHead) -> dict:
     """The three token choices on one DraftHead, hidden states -> target ids."""
-    from vllm_kimi_eagle.draft_model import Eagle3DeepseekV2ForCausalLM as Ours
+    from vllm_kimi_eagle.serving.draft_model import Eagle3DeepseekV2ForCausalLM as Ours
 
     upstream, mixin, _ = upstream_classes()
     plain_logits = upstream.compute_logits if upstream else Ours.compute_logits

@@ -33,8 +33,8 @@ def _demo(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; a model that cannot be found is one line on stderr and exit 2, a
     vLLM server that fails is the engine's error and its log's tail, exit 1."""
-    from vllm_kimi_eagle.tools.model_source import ModelNotFound
-    from vllm_kimi_eagle.tools.vllm_server import ServerError
+    from vllm_kimi_eagle.tools.engines.vllm_server import ServerError
+    from vllm_kimi_eagle.tools.models.model_source import ModelNotFound
 
     argv = sys.argv[1:] if argv is None else argv
     try:

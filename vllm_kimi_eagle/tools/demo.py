@@ -20,11 +20,12 @@ import sys
 import time
 from contextlib import ExitStack
 
+from vllm_kimi_eagle.compat.vllm_compat import installed_vllm_version
 from vllm_kimi_eagle.fixtures import corpus
 from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models
-from vllm_kimi_eagle.tools import request_metrics, spec_metrics, vllm_server
-from vllm_kimi_eagle.tools.progress import say
-from vllm_kimi_eagle.vllm_compat import installed_vllm_version
+from vllm_kimi_eagle.tools.engines import vllm_server
+from vllm_kimi_eagle.tools.figures import request_metrics, spec_metrics
+from vllm_kimi_eagle.tools.figures.progress import say
 
 # float32, the tiny checkpoints' own dtype (vLLM would serve them in bfloat16): "identical
 # outputs" then speaks of speculation, not of bfloat16 near-ties that flip when the

@@ -12,15 +12,21 @@ from __future__ import annotations
 import os
 from collections import Counter
 
-from vllm_kimi_eagle import checkpoint, release_gate, rope_override, settings, vllm_compat
-from vllm_kimi_eagle.draft_class import Needs, asked_class, in_tree_gaps
-from vllm_kimi_eagle.tools.config_access import text_config_value
-from vllm_kimi_eagle.draft_config import DraftConfigError, load_config_json, parse_draft_config
-from vllm_kimi_eagle.draft_report import draft_report
-from vllm_kimi_eagle.draft_source import draft_headers, is_local
-from vllm_kimi_eagle.draft_spec import canonical_name
-from vllm_kimi_eagle.layer_ids import ambiguity_advice
-from vllm_kimi_eagle.tools import model_source
+from vllm_kimi_eagle import settings
+from vllm_kimi_eagle.compat import release_gate, vllm_compat
+from vllm_kimi_eagle.draft import checkpoint, rope_override
+from vllm_kimi_eagle.draft.draft_class import Needs, asked_class, in_tree_gaps
+from vllm_kimi_eagle.draft.draft_config import (
+    DraftConfigError,
+    load_config_json,
+    parse_draft_config,
+)
+from vllm_kimi_eagle.draft.draft_report import draft_report
+from vllm_kimi_eagle.draft.draft_source import draft_headers, is_local
+from vllm_kimi_eagle.draft.draft_spec import canonical_name
+from vllm_kimi_eagle.draft.layer_ids import ambiguity_advice
+from vllm_kimi_eagle.tools.models import model_source
+from vllm_kimi_eagle.tools.models.config_access import text_config_value
 
 MLA_FIELDS = ("hidden_size", "num_attention_heads", "q_lora_rank", "kv_lora_rank",
               "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "intermediate_size")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vllm_kimi_eagle.tools.bench_e2e.stats import speedup_rows
-from vllm_kimi_eagle.tools.charts import pyplot
+from vllm_kimi_eagle.tools.figures.charts import pyplot
 
 
 def write_png(path: str, cells: list[dict]) -> None:

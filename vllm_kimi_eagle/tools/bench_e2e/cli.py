@@ -10,8 +10,7 @@ import signal
 import sys
 import time
 
-from vllm_kimi_eagle import vllm_compat
-from vllm_kimi_eagle.tools import model_source, vllm_runners, vllm_server
+from vllm_kimi_eagle.compat import vllm_compat
 from vllm_kimi_eagle.tools.bench_e2e import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.bench_e2e import k_schedule
 from vllm_kimi_eagle.tools.bench_e2e.chart import write_png
@@ -27,14 +26,12 @@ from vllm_kimi_eagle.tools.bench_e2e.grid import (
     settings,
 )
 from vllm_kimi_eagle.tools.bench_e2e.measure import run
+from vllm_kimi_eagle.tools.engines import vllm_runners, vllm_server
+from vllm_kimi_eagle.tools.models import model_source
 
 # Without --target: the tiny Kimi-cost target (Kimi's depth and decode cost) and its draft.
 TINY_MODELS = ("target-kimi-cost", "draft-kimi-cost")
-from vllm_kimi_eagle.tools.bench_e2e.report import (
-    format_report,
-    format_schedule,
-    write_json,
-)
+from vllm_kimi_eagle.tools.bench_e2e.report import format_report, format_schedule, write_json
 
 
 def _int_list(text: str) -> list[int]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from vllm_kimi_eagle.tools import vllm_server
+from vllm_kimi_eagle.tools.engines import vllm_server
 
 
 NONE, AA, PLUGIN, IN_TREE = "none", "none-aa", "plugin", "in-tree"

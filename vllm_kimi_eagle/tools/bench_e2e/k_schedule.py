@@ -11,9 +11,14 @@ from __future__ import annotations
 
 import statistics
 
-from vllm_kimi_eagle import vllm_compat
-from vllm_kimi_eagle.tools.bench_e2e.grid import SCHEDULE, SCHEDULE_K0, NONE, BenchError, \
-    schedule_config
+from vllm_kimi_eagle.compat import vllm_compat
+from vllm_kimi_eagle.tools.bench_e2e.grid import (
+    NONE,
+    SCHEDULE,
+    SCHEDULE_K0,
+    BenchError,
+    schedule_config,
+)
 
 # The schedule's last range ends here; vLLM cuts it to the server's max_num_seqs.
 MAX_BATCH = 1024

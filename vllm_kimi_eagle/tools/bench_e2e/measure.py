@@ -23,8 +23,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
+from vllm_kimi_eagle.compat.vllm_compat import installed_vllm_version
 from vllm_kimi_eagle.fixtures import corpus
-from vllm_kimi_eagle.tools import request_metrics, spec_metrics, vllm_server
 from vllm_kimi_eagle.tools.bench_e2e import k_schedule
 from vllm_kimi_eagle.tools.bench_e2e.grid import (
     AA,
@@ -43,7 +43,8 @@ from vllm_kimi_eagle.tools.bench_e2e.grid import (
     window_order,
 )
 from vllm_kimi_eagle.tools.bench_e2e.stats import best_k, cell, speedup_rows, window_problem
-from vllm_kimi_eagle.vllm_compat import installed_vllm_version
+from vllm_kimi_eagle.tools.engines import vllm_server
+from vllm_kimi_eagle.tools.figures import request_metrics, spec_metrics
 
 
 def window_requests(prompts: list[str], concurrency: int) -> list[str]:
@@ -177,7 +178,7 @@ class LiveServers:
 def run(args, grid: dict, out: str, schedule: bool = False) -> dict:
     """Every window of the grid, then (``schedule``) the derived k schedule against no
     speculation and the best fixed k. Returns cells, windows and the schedule part."""
-    from vllm_kimi_eagle.tools.progress import bar
+    from vllm_kimi_eagle.tools.figures.progress import bar
 
     configs = grid["configs"]
     order = window_order(grid["k"], grid["concurrency"], grid["repeats"], configs,

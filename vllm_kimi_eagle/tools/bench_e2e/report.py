@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
-from vllm_kimi_eagle.tools import vllm_server
 from vllm_kimi_eagle.tools.bench_e2e import k_schedule
 from vllm_kimi_eagle.tools.bench_e2e.checks import goal_checks
-from vllm_kimi_eagle.tools.bench_e2e.grid import SCHEDULE_K0, CONFIGS, bench_server_args
+from vllm_kimi_eagle.tools.bench_e2e.grid import CONFIGS, SCHEDULE_K0, bench_server_args
 from vllm_kimi_eagle.tools.bench_e2e.stats import best_k, speedup_rows
-from vllm_kimi_eagle.tools.speedup import CONSISTENCY_TOLERANCE
+from vllm_kimi_eagle.tools.engines import vllm_server
+from vllm_kimi_eagle.tools.figures.speedup import CONSISTENCY_TOLERANCE
 
 
 def _round_spread(rows: list[dict], k: int | None) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import statistics
 
-from vllm_kimi_eagle.tools import request_metrics, spec_metrics
 from vllm_kimi_eagle.tools.bench_e2e.grid import AA, CONFIGS, IN_TREE, NONE, PLUGIN
-from vllm_kimi_eagle.tools.speedup import ratio, speedups
+from vllm_kimi_eagle.tools.figures import request_metrics, spec_metrics
+from vllm_kimi_eagle.tools.figures.speedup import ratio, speedups
 
 
 def spread(values: list[float]) -> dict:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vllm_kimi_eagle import layer_ids
-from vllm_kimi_eagle.tools.config_access import text_config_value
-from vllm_kimi_eagle.draft_config import DraftConfig, as_record
-from vllm_kimi_eagle.layer_ids import CONVENTION_ENV, CONVENTION_KEY
-from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV
+from vllm_kimi_eagle.draft import layer_ids
+from vllm_kimi_eagle.draft.draft_config import DraftConfig, as_record
+from vllm_kimi_eagle.draft.layer_ids import CONVENTION_ENV, CONVENTION_KEY
+from vllm_kimi_eagle.draft.rope_override import ROPE_THETA_ENV
+from vllm_kimi_eagle.tools.models.config_access import text_config_value
 
 # vLLM cannot capture id 0 (layer_ids.LOWEST_CAPTURE_ID): every reading starts at 1.
 LOWEST_CAPTURE_ID = layer_ids.LOWEST_CAPTURE_ID

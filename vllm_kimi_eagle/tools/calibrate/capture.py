@@ -12,12 +12,12 @@ import shutil
 import sys
 import time
 
-from vllm_kimi_eagle import checkpoint
-from vllm_kimi_eagle.layer_ids import CONVENTION_ENV
-from vllm_kimi_eagle.rope_override import ROPE_THETA_ENV
-from vllm_kimi_eagle.tools import engine_process
+from vllm_kimi_eagle.draft import checkpoint
+from vllm_kimi_eagle.draft.layer_ids import CONVENTION_ENV
+from vllm_kimi_eagle.draft.rope_override import ROPE_THETA_ENV
 from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError
-from vllm_kimi_eagle.tools.progress import say
+from vllm_kimi_eagle.tools.engines import engine_process
+from vllm_kimi_eagle.tools.figures.progress import say
 
 ENGINE_TIMEOUT_S = 7200
 MANIFEST_FORMAT = 2  # bump when what a capture keeps changes: older captures are redone
@@ -27,7 +27,7 @@ ENGINES = "vllm_kimi_eagle.tools.calibrate.engines"
 def engine_env() -> dict:
     """The engines' environment: the user's, without the plugin's reading overrides (each
     candidate is set explicitly), with the CPU build's KV cache default."""
-    from vllm_kimi_eagle.tools import vllm_server
+    from vllm_kimi_eagle.tools.engines import vllm_server
 
     env = {k: v for k, v in os.environ.items() if k not in (CONVENTION_ENV, ROPE_THETA_ENV)}
     env.update(vllm_server.default_env(env))

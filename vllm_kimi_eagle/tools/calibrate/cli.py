@@ -9,14 +9,14 @@ import shutil
 import sys
 import time
 
-from vllm_kimi_eagle import checkpoint, vllm_compat
-from vllm_kimi_eagle.tools.config_access import text_config_value
-from vllm_kimi_eagle.draft_config import DraftConfig
-from vllm_kimi_eagle.layer_ids import CONVENTION_ENV, CONVENTION_KEY
+from vllm_kimi_eagle.compat import vllm_compat
+from vllm_kimi_eagle.draft import checkpoint
+from vllm_kimi_eagle.draft.draft_config import DraftConfig
+from vllm_kimi_eagle.draft.layer_ids import CONVENTION_ENV, CONVENTION_KEY
 from vllm_kimi_eagle.tools.calibrate import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.calibrate import candidates, scoring
-from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError, Reading
 from vllm_kimi_eagle.tools.calibrate import decision as decisions
+from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError, Reading
 from vllm_kimi_eagle.tools.calibrate.capture import CaptureStore, run_engine
 from vllm_kimi_eagle.tools.calibrate.inputs import (
     check_draft,
@@ -26,8 +26,9 @@ from vllm_kimi_eagle.tools.calibrate.inputs import (
 )
 from vllm_kimi_eagle.tools.calibrate.prompts import default_prompts, is_tiny_target, read_prompts
 from vllm_kimi_eagle.tools.calibrate.report import format_table, summary, write_copy
-from vllm_kimi_eagle.tools import paired
-from vllm_kimi_eagle.tools.progress import say
+from vllm_kimi_eagle.tools.figures import paired
+from vllm_kimi_eagle.tools.figures.progress import say
+from vllm_kimi_eagle.tools.models.config_access import text_config_value
 
 EXIT_RECOMMEND, EXIT_ERROR = 3, 2
 TINY_ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "max_model_len": 512}

@@ -26,7 +26,7 @@ rule on every vLLM release (docs/layer-ids.md, "Decision"):
 
 from __future__ import annotations
 
-from vllm_kimi_eagle.tools import paired
+from vllm_kimi_eagle.tools.figures import paired
 
 CONFIDENCE = 0.95
 CHANGE, KEEP, UNDECIDED, APPLY = "change", "keep", "undecided", "apply"

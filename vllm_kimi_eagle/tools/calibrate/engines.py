@@ -18,7 +18,7 @@ import os
 import sys
 import time
 
-from vllm_kimi_eagle.tools import engine_process
+from vllm_kimi_eagle.tools.engines import engine_process
 
 FILES_WAIT_S = 120
 
@@ -86,7 +86,7 @@ def capture_round(llm, request: dict) -> dict:
 
 def capture(spec: dict) -> None:
     """Start the capture engine, report its start-up, then answer rounds from stdin."""
-    from vllm_kimi_eagle.tools import vllm_server
+    from vllm_kimi_eagle.tools.engines import vllm_server
 
     started = time.perf_counter()
     llm = capture_engine(spec)  # a failure here becomes the session's first answer
@@ -103,8 +103,9 @@ def capture(spec: dict) -> None:
 def serve(spec: dict) -> dict:
     from vllm import LLM
 
-    from vllm_kimi_eagle.tools import request_metrics, spec_metrics, vllm_server
-    from vllm_kimi_eagle.vllm_compat import installed_vllm_version
+    from vllm_kimi_eagle.compat.vllm_compat import installed_vllm_version
+    from vllm_kimi_eagle.tools.engines import vllm_server
+    from vllm_kimi_eagle.tools.figures import request_metrics, spec_metrics
 
     per_request = request_metrics.supported(installed_vllm_version())
     started = time.perf_counter()
@@ -128,7 +129,7 @@ def serve(spec: dict) -> dict:
 
 def _acceptance_length(completion) -> float | None:
     """One sequence's acceptance length (vLLM's per-request figures), or None."""
-    from vllm_kimi_eagle.tools.request_metrics import RequestAcceptance
+    from vllm_kimi_eagle.tools.figures.request_metrics import RequestAcceptance
 
     figures = getattr(completion, "spec_decode_metrics", None)
     if figures is None:

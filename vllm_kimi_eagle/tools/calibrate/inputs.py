@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 
-from vllm_kimi_eagle import checkpoint
-from vllm_kimi_eagle.tools.config_access import text_config_value
-from vllm_kimi_eagle.draft_config import DraftConfig, DraftConfigError, parse_draft_config
-from vllm_kimi_eagle.draft_spec import spec_from_config
-from vllm_kimi_eagle.tools import model_source
+from vllm_kimi_eagle.draft import checkpoint
+from vllm_kimi_eagle.draft.draft_config import DraftConfig, DraftConfigError, parse_draft_config
+from vllm_kimi_eagle.draft.draft_spec import spec_from_config
 from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError
+from vllm_kimi_eagle.tools.models import model_source
+from vllm_kimi_eagle.tools.models.config_access import text_config_value
 
 
 def resolve_model(model: str, revision: str | None, role: str) -> tuple[str, dict]:

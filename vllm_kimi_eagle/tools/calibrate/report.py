@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 
-from vllm_kimi_eagle.draft_config import ROPE_BLOCKS
+from vllm_kimi_eagle.draft.draft_config import ROPE_BLOCKS
 
 
 def format_table(rows: list[dict], current: int | None, recommended: int) -> str:

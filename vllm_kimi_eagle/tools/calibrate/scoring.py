@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from vllm_kimi_eagle import checkpoint
-from vllm_kimi_eagle.draft_config import read_draft_config
-from vllm_kimi_eagle.draft_spec import IGNORED_TENSORS, canonical_name, spec_from_config
+from vllm_kimi_eagle.draft import checkpoint
+from vllm_kimi_eagle.draft.draft_config import read_draft_config
+from vllm_kimi_eagle.draft.draft_spec import IGNORED_TENSORS, canonical_name, spec_from_config
 from vllm_kimi_eagle.tools.calibrate.candidates import CalibrationError
 
 # Where a target keeps the tensors a draft may share: DeepSeek-V3 / Kimi-K2 text layout,
@@ -54,7 +54,7 @@ def load_capture(folder: str, requests: list[dict], layers: list[int]) -> Captur
 def _rope_parameters(draft: str) -> dict:
     from transformers import AutoConfig
 
-    from vllm_kimi_eagle.config_alias import register_config_alias
+    from vllm_kimi_eagle.serving.config_alias import register_config_alias
 
     register_config_alias()
     return dict(AutoConfig.from_pretrained(draft).rope_parameters)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import statistics
 from itertools import combinations
 
-from vllm_kimi_eagle.tools import paired, request_metrics
 from vllm_kimi_eagle.tools.compare.run import NO_DRAFT
+from vllm_kimi_eagle.tools.figures import paired, request_metrics
 
 LENGTH = "acceptance length per request"
 

@@ -6,11 +6,13 @@ import argparse
 import os
 import sys
 
-from vllm_kimi_eagle.tools import model_source, request_metrics, vllm_server
+from vllm_kimi_eagle.compat.vllm_compat import installed_vllm_version
 from vllm_kimi_eagle.tools.compare import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.compare import analysis, report, run, traffic
-from vllm_kimi_eagle.tools.progress import say
-from vllm_kimi_eagle.vllm_compat import installed_vllm_version
+from vllm_kimi_eagle.tools.engines import vllm_server
+from vllm_kimi_eagle.tools.figures import request_metrics
+from vllm_kimi_eagle.tools.figures.progress import say
+from vllm_kimi_eagle.tools.models import model_source
 
 
 def parse_args(argv):

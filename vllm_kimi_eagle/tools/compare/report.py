@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 
-from vllm_kimi_eagle.tools.charts import pyplot
 from vllm_kimi_eagle.tools.compare.run import NO_DRAFT
+from vllm_kimi_eagle.tools.figures.charts import pyplot
 
 FALLBACK = ("no per-request figures: {why}; the acceptance shown is the server's aggregate "
             "over the window, and settings cannot be compared request by request")

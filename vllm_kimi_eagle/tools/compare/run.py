@@ -9,9 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
-from vllm_kimi_eagle.tools import request_metrics, spec_metrics, vllm_server
 from vllm_kimi_eagle.tools.compare.traffic import Request, body
-from vllm_kimi_eagle.tools.progress import bar, say
+from vllm_kimi_eagle.tools.engines import vllm_server
+from vllm_kimi_eagle.tools.figures import request_metrics, spec_metrics
+from vllm_kimi_eagle.tools.figures.progress import bar, say
 
 NO_DRAFT = "no-draft"
 

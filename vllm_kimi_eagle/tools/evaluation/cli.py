@@ -6,11 +6,10 @@ import argparse
 import os
 import sys
 
-from vllm_kimi_eagle.tools import model_source, vllm_server
+from vllm_kimi_eagle.tools.engines import vllm_server
 from vllm_kimi_eagle.tools.evaluation import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.evaluation import tasks
 from vllm_kimi_eagle.tools.evaluation.measure import measured_run, server_for
-from vllm_kimi_eagle.tools.progress import say
 from vllm_kimi_eagle.tools.evaluation.report import compare, write_report
 from vllm_kimi_eagle.tools.evaluation.tasks import (
     DEFAULT_TASK,
@@ -19,6 +18,8 @@ from vllm_kimi_eagle.tools.evaluation.tasks import (
     refusal,
     task_output_types,
 )
+from vllm_kimi_eagle.tools.figures.progress import say
+from vllm_kimi_eagle.tools.models import model_source
 
 
 def parse_args(argv):

@@ -20,8 +20,8 @@ import json
 import re
 import sys
 
-from vllm_kimi_eagle import vllm_compat
-from vllm_kimi_eagle.tools import spec_metrics
+from vllm_kimi_eagle.compat import vllm_compat
+from vllm_kimi_eagle.tools.figures import spec_metrics
 
 PROG = "vllm-kimi-eagle lm-eval"
 STATS_OFF = ('no speculative-decoding counters: the run had no draft, or vLLM kept its '

@@ -9,7 +9,8 @@ import os
 import time
 from contextlib import contextmanager
 
-from vllm_kimi_eagle.tools import request_metrics, spec_metrics, vllm_server
+from vllm_kimi_eagle.compat.vllm_compat import installed_vllm_version
+from vllm_kimi_eagle.tools.engines import vllm_server
 from vllm_kimi_eagle.tools.evaluation.tasks import (
     EvalError,
     answers,
@@ -17,8 +18,8 @@ from vllm_kimi_eagle.tools.evaluation.tasks import (
     refuse_scoring,
     run_lm_eval,
 )
-from vllm_kimi_eagle.tools.progress import say
-from vllm_kimi_eagle.vllm_compat import installed_vllm_version
+from vllm_kimi_eagle.tools.figures import request_metrics, spec_metrics
+from vllm_kimi_eagle.tools.figures.progress import say
 
 # GPQA's column of the question's field; a task whose documents have it is also reported
 # by it (the tiny task writes it too).

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import os
 
-from vllm_kimi_eagle.tools.charts import pyplot
-from vllm_kimi_eagle.tools.speedup import CONSISTENCY_TOLERANCE, speedups
+from vllm_kimi_eagle.tools.figures.charts import pyplot
+from vllm_kimi_eagle.tools.figures.speedup import CONSISTENCY_TOLERANCE, speedups
 
 
 def compare(base: dict, spec: dict) -> dict:

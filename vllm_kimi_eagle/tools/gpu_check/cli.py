@@ -11,9 +11,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
-from vllm_kimi_eagle import vllm_compat
-from vllm_kimi_eagle.tools import engine_process, vllm_runners, vllm_server
+from vllm_kimi_eagle.compat import vllm_compat
 from vllm_kimi_eagle.tools.bench_e2e.grid import BenchError
+from vllm_kimi_eagle.tools.engines import engine_process, vllm_runners, vllm_server
+from vllm_kimi_eagle.tools.figures.progress import say
 from vllm_kimi_eagle.tools.gpu_check import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.gpu_check.matrix import BASE, QUANTIZED, Case, matrix
 from vllm_kimi_eagle.tools.gpu_check.verdicts import (
@@ -24,7 +25,6 @@ from vllm_kimi_eagle.tools.gpu_check.verdicts import (
     report_rows,
     tripped_on_neighbours,
 )
-from vllm_kimi_eagle.tools.progress import say
 
 # The lifted Kimi-width drafts the GPU case serves by default (with their controls): the
 # full-vocabulary EAGLE3.1 layout and the odd pruned vocabulary with d2t (the K3 draft adds
@@ -79,7 +79,7 @@ def run_case(case: Case, args, models: str, out: str) -> tuple[dict, str]:
     env = {**os.environ, **case.env(), "VLLM_CACHE_ROOT": os.path.join(out, "cache", safe)}
     log_path = os.path.join(out, "logs", f"{safe}.log")
     result = engine_process.run(
-        [sys.executable, "-m", "vllm_kimi_eagle.tools.engine_case", json.dumps(spec)],
+        [sys.executable, "-m", "vllm_kimi_eagle.tools.engines.engine_case", json.dumps(spec)],
         log_path, env, CASE_TIMEOUT_S)
     with open(log_path, errors="replace") as f:
         return result, f.read()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from vllm_kimi_eagle.tools import vllm_runners
+from vllm_kimi_eagle.tools.engines import vllm_runners
 
 BASE, EAGLE31 = "draft", "draft-eagle3.1"
 # Quantized copies of the base draft gpu-check writes next to the tiny models (folder ->

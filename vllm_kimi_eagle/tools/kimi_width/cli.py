@@ -10,16 +10,16 @@ import subprocess
 import sys
 import time
 
+from vllm_kimi_eagle.compat import vllm_compat
 from vllm_kimi_eagle.fixtures import controls as ctl
 from vllm_kimi_eagle.fixtures import kimi_width as kw
 from vllm_kimi_eagle.fixtures import lifted
 from vllm_kimi_eagle.fixtures import streamed_safetensors as streamed
-from vllm_kimi_eagle import vllm_compat
-from vllm_kimi_eagle.tools import engine_process
+from vllm_kimi_eagle.tools.engines import engine_process
+from vllm_kimi_eagle.tools.engines.vllm_server import DEFAULT_ENV, cpu_platform
+from vllm_kimi_eagle.tools.figures.progress import say
 from vllm_kimi_eagle.tools.kimi_width import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.kimi_width import measure, verdicts
-from vllm_kimi_eagle.tools.progress import say
-from vllm_kimi_eagle.tools.vllm_server import DEFAULT_ENV, cpu_platform
 
 CASE_TIMEOUT_S = 3600
 # Besides the target's and the largest draft's weights: vLLM, the KV cache space and the
@@ -324,7 +324,7 @@ def main_lifted(args) -> int:
         say(f"lifting the tiny models ({tiny}) to {args.width} width into {models} "
             f"(once; about {need / 1e9:.1f} GB)")
         dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
-        lifted.write_models(tiny, models, lift, dtype, progress=lambda l: say(f"  {l}"))
+        ctl.write_models(tiny, models, lift, dtype, progress=lambda l: say(f"  {l}"))
     out = os.path.abspath(args.out)
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
     prompts = lifted_prompts(args.prompts, tiny)

@@ -15,9 +15,9 @@ import sys
 import threading
 import time
 
-from vllm_kimi_eagle import cpu_memory
-from vllm_kimi_eagle.tools import engine_process
-from vllm_kimi_eagle.tools.vllm_server import descendants
+from vllm_kimi_eagle.cpu import cpu_memory
+from vllm_kimi_eagle.tools.engines import engine_process
+from vllm_kimi_eagle.tools.engines.vllm_server import descendants
 
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe")
 LOAD_PREFIX = "VLLM_KIMI_EAGLE_LOAD "
@@ -143,7 +143,7 @@ def run_case(spec: dict, env: dict, log_path: str, timeout: float) -> dict:
 
     env = dict(env)
     env["PYTHONPATH"] = os.pathsep.join([PROBE, *filter(None, [env.get("PYTHONPATH")])])
-    command = [sys.executable, "-m", "vllm_kimi_eagle.tools.engine_case",
+    command = [sys.executable, "-m", "vllm_kimi_eagle.tools.engines.engine_case",
                json.dumps(spec)]
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     started = time.perf_counter()

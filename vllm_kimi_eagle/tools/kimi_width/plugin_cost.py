@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 import time
 
-from vllm_kimi_eagle.tools import engine_process
+from vllm_kimi_eagle.tools.engines import engine_process
 
 REPEATS = 5
 
@@ -38,7 +38,8 @@ def run(spec: dict) -> dict:
 
     import_vllm_s = time.perf_counter() - started
     import vllm_kimi_eagle
-    from vllm_kimi_eagle import checkpoint, speculative_hook
+    from vllm_kimi_eagle.draft import checkpoint
+    from vllm_kimi_eagle.serving import speculative_hook
     from vllm_kimi_eagle.tools.inspect_draft import inspect_draft
 
     started = time.perf_counter()

@@ -22,7 +22,7 @@ def small_lift(tiny_folder: str) -> str:
 
     folder = lifted.default_folder(tiny_folder, "small")
     if not lifted.is_built(folder, tiny_folder, lifted.SMALL):
-        lifted.write_models(tiny_folder, folder, lifted.SMALL, dtype=torch.float32)
+        ctl.write_models(tiny_folder, folder, lifted.SMALL, dtype=torch.float32)
     return folder
 
 

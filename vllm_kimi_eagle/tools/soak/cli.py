@@ -11,12 +11,14 @@ import sys
 import time
 from contextlib import ExitStack
 
-from vllm_kimi_eagle.tools import model_source, request_metrics, vllm_server
-from vllm_kimi_eagle.tools.progress import say
+from vllm_kimi_eagle.compat.vllm_compat import installed_vllm_version
+from vllm_kimi_eagle.tools.engines import vllm_server
+from vllm_kimi_eagle.tools.figures import request_metrics
+from vllm_kimi_eagle.tools.figures.progress import say
+from vllm_kimi_eagle.tools.models import model_source
 from vllm_kimi_eagle.tools.soak import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.soak import bench_serve, checks, report, runner, traffic
 from vllm_kimi_eagle.tools.soak.checks import DRAFT, NONE
-from vllm_kimi_eagle.vllm_compat import installed_vllm_version
 
 # The long form (the defaults) and the short form the test suite runs (--short).
 # The short form pits one greedy-only window against two mixed ones, each of other prompts:

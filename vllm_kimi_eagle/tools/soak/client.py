@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from vllm_kimi_eagle.tools import request_metrics
+from vllm_kimi_eagle.tools.figures import request_metrics
 from vllm_kimi_eagle.tools.soak.traffic import Request
 
 OK, CANCELLED, HTTP_ERROR, FAILED = "ok", "cancelled", "http-error", "failed"

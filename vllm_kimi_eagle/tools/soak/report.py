@@ -7,7 +7,7 @@ import dataclasses
 import json
 import os
 
-from vllm_kimi_eagle.tools import request_metrics
+from vllm_kimi_eagle.tools.figures import request_metrics
 from vllm_kimi_eagle.tools.soak.checks import DRAFT, NONE
 
 

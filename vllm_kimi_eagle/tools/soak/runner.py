@@ -18,7 +18,8 @@ import dataclasses
 import threading
 import time
 
-from vllm_kimi_eagle.tools import spec_metrics, vllm_server
+from vllm_kimi_eagle.tools.engines import vllm_server
+from vllm_kimi_eagle.tools.figures import spec_metrics
 from vllm_kimi_eagle.tools.soak.client import Outcome, send
 from vllm_kimi_eagle.tools.soak.traffic import Request
 

@@ -10,7 +10,8 @@ import json
 import sys
 import time
 
-from vllm_kimi_eagle import cpu_memory, patching
+from vllm_kimi_eagle.compat import patching
+from vllm_kimi_eagle.cpu import cpu_memory
 
 PREFIX = "VLLM_KIMI_EAGLE_LOAD "
 MODULE = "vllm.model_executor.model_loader.default_loader"
