@@ -18,13 +18,8 @@ from vllm_kimi_eagle.tools.gpu_check.matrix import (
     SHORTCUT_USER,
     matrix,
 )
-from vllm_kimi_eagle.tools.gpu_check.verdicts import (
-    case_checks,
-    format_table,
-    log_facts,
-    report_rows,
-    tripped_on_neighbours,
-)
+from vllm_kimi_eagle.tools.engines.engine_case import log_facts, tripped_on_neighbours
+from vllm_kimi_eagle.tools.gpu_check.verdicts import case_checks, format_table, report_rows
 
 ON_LINE = ("vllm-kimi-eagle: greedy draft-token shortcut (vLLM's use_local_argmax_reduction) "
            "is on, turned on by the plugin: greedy draft sampling")

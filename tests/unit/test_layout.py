@@ -232,23 +232,41 @@ def test_an_import_back_up_is_named(tmp_path):
                         "vllm_kimi_eagle.serving.hook (serving)"]
 
 
-def test_no_module_of_the_package_imports_itself_back():
-    """No circle of imports anywhere in the package (tools and fixtures included)."""
-    graph = {module_name(p): imports_of(p) for p in package_files()}
-    done, stack, circles = set(), [], []
+def circles(graph: dict[str, set[str]]) -> list[str]:
+    """Each import circle of GRAPH (module -> the modules it imports), as A -> B -> A."""
+    done, stack, found = set(), [], []
 
-    def visit(module):
-        if module in stack:
-            circles.append(" -> ".join(stack[stack.index(module):] + [module]))
+    def visit(node):
+        if node in stack:
+            found.append(" -> ".join(stack[stack.index(node):] + [node]))
             return
-        if module in done:
+        if node in done:
             return
-        stack.append(module)
-        for other in sorted(graph.get(module, ())):
+        stack.append(node)
+        for other in sorted(graph.get(node, ())):
             visit(other)
         stack.pop()
-        done.add(module)
+        done.add(node)
 
-    for module in sorted(graph):
-        visit(module)
-    assert not circles, "import circles:\n" + "\n".join(circles)
+    for node in sorted(graph):
+        visit(node)
+    return found
+
+
+def test_no_module_or_folder_of_the_package_imports_itself_back():
+    """No circle of imports anywhere in the package (tools and fixtures included): between
+    modules, nor between folders (two tools whose modules import each other's)."""
+    modules = {module_name(p): imports_of(p) for p in package_files()}
+    folders: dict[str, set[str]] = {}
+    for module, imported in modules.items():
+        folder = module.rpartition(".")[0]
+        folders.setdefault(folder, set()).update(
+            other.rpartition(".")[0] for other in imported
+            if other.rpartition(".")[0] != folder)
+    found = circles(modules) + circles(folders)
+    assert not found, "import circles:\n" + "\n".join(found)
+
+
+def test_a_circle_is_named():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a -> b -> c -> a"]
+    assert circles({"a": {"b"}, "b": set()}) == []

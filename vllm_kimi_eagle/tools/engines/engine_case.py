@@ -12,15 +12,58 @@ scores at once), ``kv_cache_memory_bytes`` (the CPU build), ``gpu_memory_utiliza
 (GPUs only), ``warm_up`` (greedy tokens of an untimed batch first, so that what the first
 requests compile or capture is not timed). The result (tools/engine_process.py):
 start-up and generation seconds, the token ids per prompt, the spec-decode counters of
-the timed generation, or the error.
+the timed generation, or the error. Read back by both tools the same way: the facts of
+its log (``log_facts``), whether it failed on engines started beside it, and the check
+rows they report (``Check``).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import time
+from dataclasses import dataclass
 
 from vllm_kimi_eagle.tools.engines import engine_process
+
+# vLLM's start-up memory profiling counts what other processes on the GPU allocate or free
+# meanwhile; engines started side by side can trip it (an assertion, or no memory left for
+# the KV cache). Such a case runs again alone.
+PROFILING_RACES = ("Error in memory profiling", "No available memory for the cache blocks")
+
+
+def tripped_on_neighbours(result: dict) -> bool:
+    """Whether an engine failed where engines started beside it can make it fail."""
+    return any(race in result.get("cause", "") for race in PROFILING_RACES)
+
+
+# Facts read from an engine's log: the first match of each pattern (None: no match).
+LOG_PATTERNS = {
+    "v2_runner": r"Using V2 Model Runner",
+    "cuda_graphs": r"Graph capturing finished[^\n]*",
+    "compiled": r"Compiling a graph for[^\n]*|Directly load the compiled graph[^\n]*|"
+                r"torch\.compile takes[^\n]*",
+    "shortcut": r"greedy draft-token shortcut \(vLLM's use_local_argmax_reduction\) is [^\n]*",
+    "plugin_class": r"vllm-kimi-eagle: serving the draft [^\n]* with the plugin's class",
+}
+
+
+def log_facts(log: str, started: bool = True) -> dict:
+    """The facts of one engine's log; its runner is None when the engine did not start."""
+    facts = {}
+    for name, pattern in LOG_PATTERNS.items():
+        match = re.search(pattern, log)
+        facts[name] = match.group(0)[:240] if match else None
+    facts["runner"] = ("v2" if facts.pop("v2_runner") else "v1") if started else None
+    return facts
+
+
+@dataclass(frozen=True)
+class Check:
+    case: str
+    check: str
+    ok: bool
+    detail: str
 
 
 def engine_kwargs(spec: dict) -> dict:

@@ -14,17 +14,11 @@ from types import SimpleNamespace
 from vllm_kimi_eagle.compat import vllm_compat
 from vllm_kimi_eagle.tools.bench_e2e.grid import BenchError
 from vllm_kimi_eagle.tools.engines import engine_process, vllm_runners, vllm_server
+from vllm_kimi_eagle.tools.engines.engine_case import Check, log_facts, tripped_on_neighbours
 from vllm_kimi_eagle.tools.figures.progress import say
 from vllm_kimi_eagle.tools.gpu_check import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.gpu_check.matrix import BASE, QUANTIZED, Case, matrix
-from vllm_kimi_eagle.tools.gpu_check.verdicts import (
-    Check,
-    case_checks,
-    format_table,
-    log_facts,
-    report_rows,
-    tripped_on_neighbours,
-)
+from vllm_kimi_eagle.tools.gpu_check.verdicts import case_checks, format_table, report_rows
 
 # The lifted Kimi-width drafts the GPU case serves by default (with their controls): the
 # full-vocabulary EAGLE3.1 layout and the odd pruned vocabulary with d2t (the K3 draft adds

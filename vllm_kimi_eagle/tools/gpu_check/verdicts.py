@@ -2,49 +2,8 @@
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
+from vllm_kimi_eagle.tools.engines.engine_case import Check
 from vllm_kimi_eagle.tools.gpu_check.matrix import PLUGIN, Case
-
-# vLLM's start-up memory profiling counts what other processes on the GPU allocate or free
-# meanwhile; engines started side by side can trip it (an assertion, or no memory left for
-# the KV cache). Such a case runs again alone.
-PROFILING_RACES = ("Error in memory profiling", "No available memory for the cache blocks")
-
-
-def tripped_on_neighbours(result: dict) -> bool:
-    """Whether an engine failed where engines started beside it can make it fail."""
-    return any(race in result.get("cause", "") for race in PROFILING_RACES)
-
-# Facts read from an engine's log: the first match of each pattern (None: no match).
-LOG_PATTERNS = {
-    "v2_runner": r"Using V2 Model Runner",
-    "cuda_graphs": r"Graph capturing finished[^\n]*",
-    "compiled": r"Compiling a graph for[^\n]*|Directly load the compiled graph[^\n]*|"
-                r"torch\.compile takes[^\n]*",
-    "shortcut": r"greedy draft-token shortcut \(vLLM's use_local_argmax_reduction\) is [^\n]*",
-    "plugin_class": r"vllm-kimi-eagle: serving the draft [^\n]* with the plugin's class",
-}
-
-
-def log_facts(log: str, started: bool = True) -> dict:
-    """The facts of one engine's log; its runner is None when the engine did not start."""
-    facts = {}
-    for name, pattern in LOG_PATTERNS.items():
-        match = re.search(pattern, log)
-        facts[name] = match.group(0)[:240] if match else None
-    facts["runner"] = ("v2" if facts.pop("v2_runner") else "v1") if started else None
-    return facts
-
-
-@dataclass(frozen=True)
-class Check:
-    case: str
-    check: str
-    ok: bool
-    detail: str
-
 
 def same_as_no_draft(result: dict, no_draft: dict | None) -> tuple[int, int] | None:
     """(prompts whose tokens equal the run without a draft, prompts), or None."""

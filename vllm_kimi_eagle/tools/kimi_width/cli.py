@@ -130,7 +130,7 @@ def run_cases(cases, args, models: str, out: str, cpu: bool, prompts) -> tuple[d
     engine started with the page cache dropped."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from vllm_kimi_eagle.tools.gpu_check.verdicts import log_facts, tripped_on_neighbours
+    from vllm_kimi_eagle.tools.engines.engine_case import log_facts, tripped_on_neighbours
 
     results, dropped = {}, []
     started = time.perf_counter()

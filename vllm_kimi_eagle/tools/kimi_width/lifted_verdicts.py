@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from vllm_kimi_eagle.fixtures import controls as ctl
 from vllm_kimi_eagle.fixtures import lifted
-from vllm_kimi_eagle.tools.gpu_check.verdicts import Check
+from vllm_kimi_eagle.tools.engines.engine_case import Check
 from vllm_kimi_eagle.tools.kimi_width import verdicts
 from vllm_kimi_eagle.tools.kimi_width.verdicts import IN_TREE, PLUGIN
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vllm_kimi_eagle.fixtures import kimi_width as kw
-from vllm_kimi_eagle.tools.gpu_check.verdicts import Check
+from vllm_kimi_eagle.tools.engines.engine_case import Check
 
 PLUGIN, IN_TREE = "plugin", "in-tree"
 MEMORY_RATIO = 1.02
