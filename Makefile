@@ -2,7 +2,8 @@
 #   make demo   the tiny Kimi demo, served by real vLLM (CPU build) with the EAGLE3 MLA draft
 #   make test   the whole test suite against real vLLM (what CI runs: pytest tests)
 # While working, cheaper subsets of the same suite:
-#   make test-unit   tests/unit only: no engine, no tiny-model build (under a minute)
+#   make test-unit   tests/unit only: no engine, no fork, no tiny-model build, property
+#                    tests at 100 cases instead of 300 (about a minute on 2 cores)
 #   make test-fast   everything but the tests marked engine (unit + integration; builds the
 #                    tiny models once if they are not cached)
 #   make gpu-check   on a CUDA GPU with the CUDA vLLM build: the GPU matrix (docs/gpu.md)
@@ -61,7 +62,7 @@ test: $(STAMP)
 	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python -m pytest tests $(PYTEST_ARGS)
 
 test-unit: $(STAMP)
-	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python -m pytest tests/unit $(PYTEST_ARGS)
+	HYPOTHESIS_PROFILE=loop VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python -m pytest tests/unit $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python -m pytest tests -m "not engine" $(PYTEST_ARGS)

@@ -1,8 +1,9 @@
 """Fixtures every folder shares, and the gate of the tests marked ``engine``.
 
-tests/unit: no engine, no server, no tiny-model build, no vLLM config in a subprocess.
+tests/unit: no engine, no server, no tiny-model build, no process started (no vLLM
+config in a subprocess), no lm-eval task index: a maintainer's loop (make test-unit).
 tests/integration: the tiny models on disk, create_engine_config() or the CLI in fresh
-processes; no engine. tests/e2e: real vLLM engines and servers, every test marked
+processes, forks, lm-eval's task index; no engine. tests/e2e: real vLLM engines and servers, every test marked
 ``engine`` (markers: setup.cfg [tool:pytest]).
 """
 
@@ -66,6 +67,18 @@ def _environment_restored():
     for name, value in before.items():
         if os.environ.get(name) != value and name != "PYTEST_CURRENT_TEST":
             os.environ[name] = value
+
+
+@pytest.fixture
+def undo_vllm_changes():
+    """What the test changes in vLLM (the plugin's installers, journaled by
+    vllm_kimi_eagle/compat/patching.py) is undone when it ends. Every unit test has it;
+    elsewhere a test that installs a mend in its own process asks for it."""
+    from vllm_kimi_eagle.compat import patching
+
+    start = patching.mark()
+    yield
+    patching.restore(since=start)
 
 
 @pytest.fixture(scope="session")

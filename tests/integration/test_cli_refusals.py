@@ -23,3 +23,11 @@ def test_cli_refuses_a_bad_grid_before_starting_a_server(tmp_path):
     proc = run_cli("bench-e2e", "--repeats", "0", "--out", str(tmp_path), timeout=1200)
     assert proc.returncode == 2 and "--repeats: expected positive integers" in proc.stderr
     assert "starting" not in proc.stdout + proc.stderr
+
+
+def test_without_a_gpu_it_says_what_it_needs_and_exits_2(tmp_path):
+    proc = run_cli("gpu-check", "--out", str(tmp_path))
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if "gpu-check needs" in line]
+    assert len(lines) == 1 and "CUDA GPU" in lines[0] and "CUDA build of vLLM" in lines[0]
+    assert not (tmp_path / "gpu-check.json").exists()

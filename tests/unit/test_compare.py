@@ -1,6 +1,6 @@
 """vllm-kimi-eagle compare without a server: the traffic it reads, the settings it
-parses, and what it concludes from answers (analysis.py). Real servers:
-tests/e2e/test_compare_e2e.py."""
+parses, and what it concludes from answers (analysis.py). An lm-eval task's prompts:
+tests/integration/test_lm_eval_tasks.py; real servers: tests/e2e/test_compare_e2e.py."""
 
 from __future__ import annotations
 
@@ -197,16 +197,3 @@ def test_per_request_sums_are_checked_against_the_window():
     found = analysis.summary({**partial, "window": window}, k=3)
     assert found["distribution"]["requests"] == 2 and found["missing"] == 1
     assert found["consistent"] is None and "1 of 3 requests carried no" in found["missing_note"]
-
-
-def test_an_lm_eval_tasks_prompts_are_chat_requests():
-    requests = traffic.from_lm_eval_task("kimi_eagle_gpqa_tiny", [], limit=5)
-    assert len(requests) == 5 and requests[0].id == "kimi_eagle_gpqa_tiny:0"
-    (message,) = requests[0].messages
-    assert message["role"] == "user" and message["content"].startswith(
-        "What is the correct answer to this question:what day comes after monday")
-    assert len(traffic.from_lm_eval_task("kimi_eagle_gpqa_tiny", [])) == 12
-    with pytest.raises(traffic.TrafficError, match="gpqa_diamond_zeroshot .*never proposes"):
-        traffic.from_lm_eval_task("gpqa_diamond_zeroshot", [])
-    with pytest.raises(traffic.TrafficError, match="no task, group or tag named 'nope'"):
-        traffic.from_lm_eval_task("nope", [])

@@ -32,39 +32,3 @@ def test_switch(monkeypatch):
     assert cpu_mla_verify.switched_on({cpu_mla_verify.SWITCH: "maybe"})  # unreadable: default
     statuses = cpu_mla_verify.install_cpu_mla_verify({cpu_mla_verify.SWITCH: "0"})
     assert set(statuses.values()) <= {"off", "triton", "not-cpu"}
-
-
-def _backend(location):
-    import importlib
-
-    module, name = location
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):
-        return None
-
-
-@pytest.mark.parametrize("name, location", vllm_compat.CPU_MLA_BACKENDS,
-                         ids=[name for name, _ in vllm_compat.CPU_MLA_BACKENDS])
-def test_install_gives_each_cpu_backend_a_multi_token_decode_builder(name, location):
-    """Each CPU MLA backend this vLLM has (CPU_MLA from 0.28, AMX_MLA from 0.32) gets a
-    subclass of its own builder that decodes several tokens per request."""
-    import importlib
-
-    status = cpu_mla_verify.install_cpu_mla_verify({})[name]
-    if vllm_compat.cpu_stand_ins_skipped():
-        assert status == vllm_compat.cpu_stand_ins_skipped()
-        return
-    backend = _backend(location)
-    if backend is None:
-        assert status == "absent"
-        return
-    assert status in cpu_mla_verify.MENDED
-    assert cpu_mla_verify.install_cpu_mla_verify({})[name] == "already"
-    builder = backend.get_builder_cls()
-    common = importlib.import_module(vllm_compat.MLA_COMMON[0])
-    assert issubclass(builder, getattr(common, vllm_compat.MLA_COMMON[1]))
-    # Derived from the backend's own builder: AMX_MLA's keeps its per-row kernel inputs.
-    assert builder.__mro__[1].__module__ in (location[0], vllm_compat.MLA_COMMON[0])
-    assert builder.query_len_support == getattr(common, vllm_compat.MLA_COMMON[2]).VARLEN
-    assert name in cpu_mla_verify.log_line(name) and "decode kernel" in cpu_mla_verify.log_line(name)

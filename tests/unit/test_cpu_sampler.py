@@ -1,14 +1,13 @@
-"""The plugin's mends of vLLM's CPU rejection sampler (vllm_kimi_eagle/cpu/cpu_sampler.py): the
-expand stand-in against the Triton kernel's semantics, the top-k path on an empty batch,
-both defects on this release's own vLLM functions, and the sampler path of this release with
-the mends in place (real vLLM code, no engine)."""
+"""The plugin's mends of vLLM's CPU rejection sampler (vllm_kimi_eagle/cpu/cpu_sampler.py):
+the expand stand-in against the Triton kernel's semantics, the top-k path on an empty
+batch, and both defects on this release's own vLLM functions (real vLLM code, no engine).
+The sampler path of this release with the mends installed, in a process of its own:
+tests/integration/test_cpu_mends_installed.py."""
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import inspect
-import os
 
 import pytest
 import torch
@@ -100,59 +99,6 @@ def test_top_k_wrapper_keeps_vllm_on_rows_and_passes_empty_batches():
     expected = original(logits.clone(), k.clone())
     assert torch.equal(wrapped(logits.clone(), k.clone()), expected)
     assert torch.isinf(expected[0, :4]).all() and torch.isfinite(expected[1]).all()
-
-
-INSTALLED = """
-import importlib, json
-import torch
-from vllm_kimi_eagle.compat import vllm_compat
-from vllm_kimi_eagle.cpu import cpu_sampler
-statuses = cpu_sampler.install_cpu_sampler()
-result = {"statuses": statuses, "again": cpu_sampler.install_cpu_sampler(),
-          "skipped": vllm_compat.cpu_stand_ins_skipped()}
-if not result["skipped"]:
-    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p
-    empty = torch.zeros(0, 512)
-    result["empty_top_k"] = list(apply_top_k_top_p(empty, torch.zeros(0, dtype=torch.int32),
-                                                   None).shape)
-    module = importlib.import_module(vllm_compat.CPU_EXPAND[0])
-    launcher = getattr(module, vllm_compat.CPU_EXPAND[2], None)
-    cu = torch.tensor(CU_VALUES, dtype=torch.int32)
-    if launcher is not None:  # 0.28-0.30
-        output = torch.full((5,), float("nan"))
-        launcher[(3,)](output, torch.tensor(VALUES), cu, 0, 1)
-    else:  # 0.31 on: the kernel the platform registers when a worker starts
-        from vllm.platforms import current_platform
-        from vllm.v1.sample import rejection_sampler
-        current_platform.register_triton_kernel_overrides()
-        output = rejection_sampler.expand_batch_to_tokens(torch.tensor(VALUES), cu, 5, 0, 1)
-    result["expanded"] = output.tolist()
-print(json.dumps(result))
-"""
-
-
-def test_install_mends_what_this_release_runs():
-    """After install, what this release launches on a CPU computes right: the expand
-    launcher built at import (0.28-0.30) or the kernel the platform registers when a worker
-    starts (0.31 on), through rejection_sampler's own expand_batch_to_tokens; and the
-    sampler's top-k/top-p entry point takes an empty batch. In a process of its own: the
-    platform's kernel registration rebinds vLLM's modules, which nothing can undo."""
-    from tests.helpers import run_python
-
-    values = [0.0, 0.8, 1.3]
-    # The child on this process's platform (the suite's children are told the CPU one).
-    same_device = {"VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE", "cuda")}
-    result = run_python(INSTALLED.replace("CU_VALUES", str(CU.tolist()))
-                        .replace("VALUES", str(values)), env=same_device)
-    skipped = vllm_compat.cpu_stand_ins_skipped()
-    assert result["skipped"] == skipped
-    if skipped:
-        assert result["statuses"] == {"expand": skipped, "top_k": skipped}
-        return
-    assert set(result["statuses"].values()) <= set(cpu_sampler.MENDED), result["statuses"]
-    assert result["again"] == {"expand": "already", "top_k": "already"}
-    assert result["empty_top_k"] == [0, 512]
-    assert result["expanded"] == pytest.approx(reference_expand(values, CU.tolist(), 0, 1))
 
 
 def test_log_line_names_what_was_mended():

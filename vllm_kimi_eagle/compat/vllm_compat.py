@@ -198,11 +198,11 @@ DRAFT_CONFIG_OVERRIDE = "hf_config_override"
 # vLLM's EAGLE3 proposer asserts that the draft is an instance of one of its own classes
 # (llm_base_proposer.py, `assert isinstance(model, (Eagle3LlamaForCausalLM,
 # Eagle3DeepseekV2ForCausalLM, ...))`, 0.28-0.33); a plain class cannot pass it, so ours
-# derives from one. tests/unit/test_draft_contract.py reads from the installed vLLM every
-# attribute the V1 proposer and the V2 speculator use on a draft and checks that our
-# class defines each itself (0.28 and 0.32: combine_hidden_states, compute_logits,
-# config, embed_input_ids, get_top_tokens, has_own_embed_tokens, has_own_lm_head,
-# lm_head, model, forward; mask_hidden is parallel drafting only).
+# derives from one. tests/integration/test_draft_contract.py reads from the installed
+# vLLM every attribute the V1 proposer and the V2 speculator use on a draft and checks
+# that our class defines each itself (0.28 and 0.32: combine_hidden_states,
+# compute_logits, config, embed_input_ids, get_top_tokens, has_own_embed_tokens,
+# has_own_lm_head, lm_head, model, forward; mask_hidden is parallel drafting only).
 # Which base leaves the least inherited code (names a base adds beyond nn.Module that our
 # class does not define; the unit test above lists them from the installed vLLM):
 # - llama_eagle3.Eagle3LlamaForCausalLM: interface flags (supports_eagle3, supports_pp,

@@ -3,6 +3,7 @@ offline tiny task, lm-eval's API model for a running server, and one lm-eval run
 
 from __future__ import annotations
 
+import functools
 import os
 
 DEFAULT_TASK = "gpqa_diamond_cot_zeroshot"
@@ -81,7 +82,13 @@ def require_lm_eval() -> None:
 
 
 def task_manager(include_path: list[str] | tuple[str, ...] = ()):
-    """lm-eval's task index with the project's tasks and the user's folders."""
+    """lm-eval's task index with the project's tasks and the user's folders (built once
+    per process and folders: about 10 s)."""
+    return _task_index(tuple(include_path))
+
+
+@functools.cache
+def _task_index(include_path: tuple[str, ...]):
     require_lm_eval()
     from lm_eval.tasks import TaskManager
 
