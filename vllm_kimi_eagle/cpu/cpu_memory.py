@@ -57,7 +57,7 @@ def status_kib(pid: int | str = "self", fields: tuple[str, ...] = ("RssAnon", "V
                ) -> dict[str, int]:
     """Memory fields of ``/proc/PID/status`` (this process's by default), in KiB; {} where
     there is no /proc or the process has gone. The one reader of it: the mend's line,
-    ``kimi-width``'s sampler and its loading probe."""
+    ``kimi-width``'s sampler and its loading probe, ``soak``'s memory samples."""
     found = {}
     try:
         with open(f"/proc/{pid}/status") as f:

@@ -18,6 +18,7 @@ import dataclasses
 import threading
 import time
 
+from vllm_kimi_eagle.cpu.cpu_memory import status_kib
 from vllm_kimi_eagle.tools.engines import vllm_server
 from vllm_kimi_eagle.tools.figures import spec_metrics
 from vllm_kimi_eagle.tools.soak.client import Outcome, send
@@ -30,16 +31,9 @@ REQUEST_TIMEOUT = 900
 
 
 def rss_bytes(pid: int) -> int:
-    """Resident memory of ``pid`` and every process below it (from /proc)."""
-    total = 0
-    for each in [pid, *vllm_server.descendants(pid)]:
-        try:
-            with open(f"/proc/{each}/status") as f:
-                total += next(int(line.split()[1]) * 1024 for line in f
-                              if line.startswith("VmRSS:"))
-        except (OSError, StopIteration, ValueError):
-            continue
-    return total
+    """Resident memory of ``pid`` and every process below it (from /proc; 0 without)."""
+    return sum(status_kib(each, ("VmRSS",)).get("VmRSS", 0) * 1024
+               for each in [pid, *vllm_server.descendants(pid)])
 
 
 class MemorySampler:
