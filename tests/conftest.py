@@ -28,7 +28,7 @@ TINY_FOLDER = pytest.StashKey[str]()
 
 
 def pytest_configure(config):
-    """The account of engine and server starts (tools/start_log.py) and the folder of
+    """The account of engine and server starts (tools/engines/start_log.py) and the folder of
     shared engine results (helpers.shared_run): the controller names both before the
     workers start, so every worker and every child uses the same ones.
 

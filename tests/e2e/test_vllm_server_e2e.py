@@ -1,4 +1,4 @@
-"""Serving through vLLM's OpenAI server (tools/vllm_server.py): a start whose port was
+"""Serving through vLLM's OpenAI server (tools/engines/vllm_server.py): a start whose port was
 taken is made again on another; a server that dies in use fails with its log tail;
 concurrent requests give what the same requests alone give."""
 

@@ -1,4 +1,4 @@
-"""The paired verdict (tools/paired.py) at its edges, and its interval's quantile exactly:
+"""The paired verdict (tools/figures/paired.py) at its edges, and its interval's quantile exactly:
 the simulation (test_paired_simulation.py) holds its coverage, this tells a t interval
 from a z interval at the request counts where they differ."""
 

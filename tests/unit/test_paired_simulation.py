@@ -1,4 +1,4 @@
-"""The paired verdict (tools/paired.py) proven on simulated requests with a known answer.
+"""The paired verdict (tools/figures/paired.py) proven on simulated requests with a known answer.
 
 Each simulated request has its own difficulty (a per-position acceptance rate drawn from a
 Beta distribution, shared by both settings: the pairing) and its own length in tokens;

@@ -1,5 +1,5 @@
-"""Per-request acceptance (tools/request_metrics.py) and the paired statistics
-(tools/paired.py): what a response carries, how requests add up to the server's
+"""Per-request acceptance (tools/figures/request_metrics.py) and the paired statistics
+(tools/figures/paired.py): what a response carries, how requests add up to the server's
 counters, the distribution, and the verdicts a user reads."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ How it measures, with one start of the target:
    with the checkpoint's weights) runs its k chained steps on those captured states,
    teacher-forced on the target's greedy tokens, and counts how many it gets right in a
    row (``scoring``): an offline acceptance length per candidate, per position, per
-   prompt, compared prompt by prompt (``decision``, ``tools/paired.py``);
+   prompt, compared prompt by prompt (``decision``, ``tools/figures/paired.py``);
 3. **confirm**: the best candidate and the reading the plugin applies today are served
    by vLLM with the draft (a calibrated copy of its folder), and their acceptance is read
    from vLLM's own counters: a recommendation stands unless vLLM gives today's reading

@@ -8,7 +8,7 @@ rule on every vLLM release (docs/layer-ids.md, "Decision"):
    is the figure that answers "which reading was it trained on"; a pooled figure would
    let a few long prompts decide. The reading with the highest mean leads; it is compared
    prompt by prompt with today's reading (or, where today's leads, today's with the
-   runner-up) by ``tools/paired.py``, the verdict compare gives too: a paired t interval.
+   runner-up) by ``tools/figures/paired.py``, the verdict compare gives too: a paired t interval.
    The lead is the best of several readings, so the interval is held to the level shared
    among the comparisons it was picked from, ``1 - (1 - level) / (readings - 1)``
    (Bonferroni). Today's reading is *kept* once it is higher than the runner-up; another

@@ -1,4 +1,5 @@
-"""The two engines ``calibrate`` starts, each in a process of its own (tools/engine_process.py):
+"""The two engines ``calibrate`` starts, each in a process of its own
+(tools/engines/engine_process.py):
 
     python -m vllm_kimi_eagle.tools.calibrate.engines capture SPEC_JSON   (a session)
     python -m vllm_kimi_eagle.tools.calibrate.engines serve SPEC_JSON

@@ -10,7 +10,7 @@ What ``gpu-check`` and ``kimi-width`` start, one engine per process. The spec:
 context and one sequence per prompt: a CPU MLA prefill holds heads x tokens x tokens
 scores at once), ``kv_cache_memory_bytes`` (the CPU build), ``gpu_memory_utilization``
 (GPUs only), ``warm_up`` (greedy tokens of an untimed batch first, so that what the first
-requests compile or capture is not timed). The result (tools/engine_process.py):
+requests compile or capture is not timed). The result (tools/engines/engine_process.py):
 start-up and generation seconds, the token ids per prompt, the spec-decode counters of
 the timed generation, or the error. Read back by both tools the same way: the facts of
 its log (``log_facts``), whether it failed on engines started beside it, and the check
