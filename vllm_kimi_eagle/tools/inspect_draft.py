@@ -1,10 +1,10 @@
 """``vllm-kimi-eagle inspect DRAFT [--target TARGET] [--json]``: what vLLM will make of a draft.
 
 DRAFT and TARGET are folders or hub ids (``tools/models/model_source.py``). Reads
-config.json files and safetensors headers only (no weights, no vLLM engine), through the same report the
-runtime acts on (``draft_report.py``), and reports the draft's layout, MLA dimensions,
-layer ids and the convention decision, and every problem that would stop serving or
-cost acceptance. Run it when acceptance is lower than expected.
+config.json files and safetensors headers only (no weights, no vLLM engine), through the
+same report the runtime acts on (``draft_report.py``), and reports the draft's layout,
+MLA dimensions, layer ids and the convention decision, and every problem that would stop
+serving or cost acceptance. Run it when acceptance is lower than expected.
 """
 
 from __future__ import annotations
