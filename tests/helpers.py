@@ -571,3 +571,18 @@ def lm_eval_output(folder) -> dict:
             answers.setdefault(sample["doc_id"], sample["resps"][0][0])
     return {"metrics": {k: v for k, v in metrics.items() if isinstance(v, (int, float))},
             "answers": answers}
+
+
+# The CPU sampler's expand (tests/unit/test_cpu_sampler.py and, installed,
+# tests/integration/test_cpu_mends_installed.py): cu_num_tokens of three requests, the
+# second with no draft tokens.
+EXPAND_CU = [3, 3, 5]
+
+
+def reference_expand(values: list, cu: list, replace_from, replace_to) -> list:
+    """The Triton expand_kernel, one request at a time."""
+    out, start = [], 0
+    for value, end in zip(values, cu):
+        out += [replace_to if value == replace_from else value] * (end - start)
+        start = end
+    return out

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from tests.unit.test_cpu_sampler import CU, reference_expand
+from tests.helpers import EXPAND_CU, reference_expand
 from vllm_kimi_eagle.compat import vllm_compat
 from vllm_kimi_eagle.cpu import cpu_mla_verify, cpu_sampler
 
@@ -57,7 +57,7 @@ def test_install_mends_what_this_release_runs():
     values = [0.0, 0.8, 1.3]
     # The child on this process's platform (the suite's children are told the CPU one).
     same_device = {"VLLM_TARGET_DEVICE": os.environ.get("VLLM_TARGET_DEVICE", "cuda")}
-    result = run_python(INSTALLED.replace("CU_VALUES", str(CU.tolist()))
+    result = run_python(INSTALLED.replace("CU_VALUES", str(EXPAND_CU))
                         .replace("VALUES", str(values)), env=same_device)
     skipped = vllm_compat.cpu_stand_ins_skipped()
     assert result["skipped"] == skipped
@@ -67,7 +67,7 @@ def test_install_mends_what_this_release_runs():
     assert set(result["statuses"].values()) <= set(cpu_sampler.MENDED), result["statuses"]
     assert result["again"] == {"expand": "already", "top_k": "already"}
     assert result["empty_top_k"] == [0, 512]
-    assert result["expanded"] == pytest.approx(reference_expand(values, CU.tolist(), 0, 1))
+    assert result["expanded"] == pytest.approx(reference_expand(values, EXPAND_CU, 0, 1))
 
 
 

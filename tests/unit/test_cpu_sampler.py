@@ -12,23 +12,14 @@ import inspect
 import pytest
 import torch
 
+from tests.helpers import EXPAND_CU, reference_expand
 from vllm_kimi_eagle.compat import vllm_compat
 from vllm_kimi_eagle.cpu import cpu_sampler
 
-# cu_num_tokens [3, 3, 5]: the second request has no draft tokens.
-CU = torch.tensor([3, 3, 5], dtype=torch.int32)
+CU = torch.tensor(EXPAND_CU, dtype=torch.int32)
 CPU_ONLY = pytest.mark.skipif(vllm_compat.cpu_stand_ins_skipped() is not None,
                               reason="this process does not run vLLM's CPU stand-ins "
                                      "(Triton, or not the CPU platform)")
-
-
-def reference_expand(values: list, cu: list, replace_from, replace_to) -> list:
-    """The Triton expand_kernel, one request at a time."""
-    out, start = [], 0
-    for value, end in zip(values, cu):
-        out += [replace_to if value == replace_from else value] * (end - start)
-        start = end
-    return out
 
 
 @pytest.mark.parametrize("dtype, values, replace", [

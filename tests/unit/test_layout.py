@@ -98,13 +98,21 @@ def imported_modules(tree: ast.AST, package: str = PACKAGE) -> list[tuple[int, s
     return found
 
 
+def package_of(path: str, repo: str = REPO) -> str:
+    """The package a file belongs to (for an __init__.py, its own), from its path: absolute
+    under REPO, or relative to it."""
+    relative = os.path.relpath(path, repo) if os.path.isabs(path) else path
+    return ".".join(relative.split(os.sep)[:-1])
+
+
 def forbidden_imports(path: str, source: str | None = None) -> list[str]:
     """``FILE:LINE imports MODULE`` for each import of the tools or the fixtures."""
     if source is None:
         with open(path) as f:
             source = f.read()
     tree = ast.parse(source, filename=path)
-    return [f"{path}:{line} imports {module}" for line, module in imported_modules(tree)
+    return [f"{path}:{line} imports {module}"
+            for line, module in imported_modules(tree, package_of(path))
             if _is_outside_runtime(module)]
 
 
@@ -121,6 +129,14 @@ def forbidden_imports(path: str, source: str | None = None) -> list[str]:
 def test_the_check_finds_every_kind_of_import(source):
     problems = forbidden_imports("vllm_kimi_eagle/example.py", source)
     assert len(problems) >= 1 and problems[0].startswith("vllm_kimi_eagle/example.py:")
+
+
+@pytest.mark.parametrize("source", ["from ..tools import vllm_server",
+                                    "from ..fixtures.cache import ensure_tiny_models"])
+def test_a_relative_import_is_read_from_the_files_own_package(source):
+    problems = forbidden_imports(os.path.join("vllm_kimi_eagle", "serving", "x.py"), source)
+    assert problems and all(" imports vllm_kimi_eagle.tools" in p
+                            or " imports vllm_kimi_eagle.fixtures" in p for p in problems)
 
 
 @pytest.mark.parametrize("source", [
@@ -184,7 +200,7 @@ def imports_of(path: str, repo: str = REPO) -> set[str]:
     with open(path) as f:
         tree = ast.parse(f.read(), filename=path)
     name = module_name(path, repo)
-    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    package = package_of(path, repo)
     files = package_files(repo=repo)
     modules = {module_name(p, repo) for p in files if not p.endswith("__init__.py")}
     return {module for _, module in imported_modules(tree, package)
@@ -193,7 +209,7 @@ def imports_of(path: str, repo: str = REPO) -> set[str]:
 
 def upward_imports(paths: list[str], repo: str = REPO) -> list[str]:
     """``MODULE imports OTHER`` for each import that leaves the module's group for one the
-    group may not import (MAY_IMPORT)."""
+    group may not import (MAY_IMPORT), or for a module of the package in no group."""
     problems = []
     for path in paths:
         module = module_name(path, repo)
@@ -202,7 +218,7 @@ def upward_imports(paths: list[str], repo: str = REPO) -> list[str]:
             continue
         for other in sorted(imports_of(path, repo)):
             theirs = group_of(other)
-            if theirs is not None and theirs != group and theirs not in MAY_IMPORT[group]:
+            if theirs != group and theirs not in MAY_IMPORT[group]:
                 problems.append(f"{module} ({group}) imports {other} ({theirs})")
     return problems
 
@@ -217,7 +233,8 @@ def test_the_groups_import_only_downward():
 
 
 def test_an_import_back_up_is_named(tmp_path):
-    """The check above, shown failing: a module of ``draft`` importing ``serving``."""
+    """The check above, shown failing: a module of ``draft`` importing ``serving``, and a
+    module of the package in no group (relatively)."""
     folder = tmp_path / PACKAGE / "draft"
     folder.mkdir(parents=True)
     (tmp_path / PACKAGE / "__init__.py").write_text("")
@@ -225,10 +242,15 @@ def test_an_import_back_up_is_named(tmp_path):
     (tmp_path / PACKAGE / "serving" / "__init__.py").write_text("")
     (tmp_path / PACKAGE / "serving" / "hook.py").write_text("")
     (folder / "__init__.py").write_text("")
-    (folder / "record.py").write_text("def later():\n"
+    (tmp_path / PACKAGE / "fixtures").mkdir()
+    (tmp_path / PACKAGE / "fixtures" / "__init__.py").write_text("")
+    (tmp_path / PACKAGE / "fixtures" / "cache.py").write_text("")
+    (folder / "record.py").write_text("from ..fixtures import cache\n\n\ndef later():\n"
                                       "    from vllm_kimi_eagle.serving import hook\n")
     problems = upward_imports([str(folder / "record.py")], repo=str(tmp_path))
     assert problems == ["vllm_kimi_eagle.draft.record (draft) imports "
+                        "vllm_kimi_eagle.fixtures.cache (None)",
+                        "vllm_kimi_eagle.draft.record (draft) imports "
                         "vllm_kimi_eagle.serving.hook (serving)"]
 
 

@@ -1,5 +1,5 @@
 """vllm-kimi-eagle lm-eval: lm-eval's own argument parsing, the dist-name alias for the
-CPU build, and the line it prints. Its real runs: tests/e2e/test_lm_eval_e2e.py."""
+CPU build, and the line it prints. Its real runs: tests/e2e/test_lm_eval_offline_e2e.py."""
 
 from __future__ import annotations
 

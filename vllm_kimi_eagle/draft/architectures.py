@@ -12,7 +12,7 @@ from vllm_kimi_eagle.compat import vllm_compat
 # Draft architectures served by this plugin, and the class that serves them.
 # A lazy name (draft_class_entry.py): the plugin's class, or vLLM's where a vLLM minor the
 # plugin was not checked on breaks what the plugin's class builds on. A string, so that
-# reading it imports nothing (tests/unit/test_layout.py resolves it).
+# reading it imports nothing (tests/unit/test_layout.py checks that it names the class).
 DRAFT_CLASS = "vllm_kimi_eagle.serving.draft_class_entry:Eagle3DeepseekV2ForCausalLM"
 # vLLM's own MLA draft class, under a name of its own: the speculative hook gives a draft
 # this name where vLLM's class serves it (draft_class.py).

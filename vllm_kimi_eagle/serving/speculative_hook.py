@@ -230,11 +230,12 @@ def install_speculative_hook(asked: str) -> bool:
     """Call on_speculative_config at the end of SpeculativeConfig.__post_init__.
 
     ``asked``: ``draft_class.asked_class``, "plugin" or "upstream" (checkpoint checks and
-    the greedy shortcut apply to the plugin's class only). SpeculativeConfig.__init__ is wrapped too, to note
-    which fields the caller set: vLLM builds it from the user's speculative config
-    (engine/arg_utils.py `SpeculativeConfig(**self.speculative_config)`, 0.28-0.33), so
-    an explicit ``"use_local_argmax_reduction": false`` is told apart from the default;
-    and to name the file and field where vLLM fails on a malformed draft config.json.
+    the greedy shortcut apply to the plugin's class only). SpeculativeConfig.__init__ is
+    wrapped too, to note which fields the caller set: vLLM builds it from the user's
+    speculative config (engine/arg_utils.py `SpeculativeConfig(**self.speculative_config)`,
+    0.28-0.33), so an explicit ``"use_local_argmax_reduction": false`` is told apart from
+    the default; and to name the file and field where vLLM fails on a malformed draft
+    config.json.
     """
 
     def make_post_init(original):

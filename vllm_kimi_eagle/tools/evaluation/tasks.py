@@ -84,12 +84,12 @@ def require_lm_eval() -> None:
 def task_manager(include_path: list[str] | tuple[str, ...] = ()):
     """lm-eval's task index with the project's tasks and the user's folders (built once
     per process and folders: about 10 s)."""
+    require_lm_eval()
     return _task_index(tuple(include_path))
 
 
 @functools.cache
 def _task_index(include_path: tuple[str, ...]):
-    require_lm_eval()
     from lm_eval.tasks import TaskManager
 
     return TaskManager(include_path=[task_folder(), *include_path])
