@@ -57,11 +57,25 @@ def pytest_configure(config):
 @pytest.fixture(autouse=True)
 def _environment_restored():
     """Each test leaves os.environ as it found it. vLLM sets variables in the process that
-    builds its config (its CPU platform: LD_PRELOAD, the worker start method...); left in a
-    pytest worker they would reach every later child, which then could not be forked from
-    the preloaded vLLM (tests/preloaded_vllm.py) and would not start as a user's would."""
+    builds its config (its CPU platform: LD_PRELOAD, the worker start method...) or imports
+    some of its modules (AITER_SITUV2_A4W4); left in a pytest worker they would reach every
+    later child, which then could not be forked from the preloaded vLLM
+    (tests/preloaded_vllm.py) and would not start as a user's would."""
     before = dict(os.environ)
     yield
+    _restore_environment(before)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _environment_restored_after_module():
+    """The same for what a test module's own fixtures change: they are set up before any
+    test's snapshot (a module that imports vLLM's model code in a fixture, for one)."""
+    before = dict(os.environ)
+    yield
+    _restore_environment(before)
+
+
+def _restore_environment(before: dict) -> None:
     for name in set(os.environ) - set(before) - {"PYTEST_CURRENT_TEST"}:
         del os.environ[name]
     for name, value in before.items():
