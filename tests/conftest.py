@@ -3,8 +3,8 @@
 tests/unit: no engine, no server, no tiny-model build, no process started (no vLLM
 config in a subprocess), no lm-eval task index: a maintainer's loop (make test-unit).
 tests/integration: the tiny models on disk, create_engine_config() or the CLI in fresh
-processes, forks, lm-eval's task index; no engine. tests/e2e: real vLLM engines and servers, every test marked
-``engine`` (markers: setup.cfg [tool:pytest]).
+processes, forks, lm-eval's task index; no engine. tests/e2e: real vLLM engines and
+servers, every test marked ``engine`` (markers: setup.cfg [tool:pytest]).
 """
 
 import os
