@@ -85,3 +85,46 @@ def test_a_fork_past_its_time_is_stopped_and_the_next_one_runs(preloaded, tmp_pa
     script.write_text("import sys, time\ntime.sleep(float(sys.argv[1]))\n")
     assert preloaded.run([str(script), "600"], preloaded.env, str(tmp_path / "a"), 2) is None
     assert preloaded.run([str(script), "0"], preloaded.env, str(tmp_path / "b"), 60) == 0
+
+
+ECHO = """
+import json, os, sys
+from vllm_kimi_eagle.tools.engines import engine_process
+engine_process.emit({"started": True, "parent": os.getppid(), "session": os.getsid(0)})
+for line in sys.stdin:
+    engine_process.emit({"echo": json.loads(line)})
+"""
+
+
+def test_a_tools_session_is_forked_and_talks_through_its_pipe(preloaded, tmp_path):
+    """What a tool starts (engine_process.Session here) is a fork of the preloaded process
+    the environment names: its stdin a pipe from the tool, in a session of its own."""
+    from vllm_kimi_eagle.tools.engines import engine_process
+    from vllm_kimi_eagle.tools.engines import preloaded as client
+
+    env = {**preloaded.env, client.ENV: preloaded.socket_path}
+    with engine_process.Session([sys.executable, "-c", ECHO], str(tmp_path / "log"),
+                                env) as session:
+        started = session.next_result(120)
+        assert isinstance(session.process, client.Forked)
+        assert started["parent"] == preloaded.process.pid
+        assert started["session"] == session.process.pid  # it leads a session of its own
+        assert session.request({"n": 1}, 60) == {"echo": {"n": 1}}
+        assert session.request({"n": 2}, 60) == {"echo": {"n": 2}}
+    assert session.process.returncode == 0
+
+
+def test_an_environment_it_cannot_serve_starts_a_fresh_interpreter(preloaded, tmp_path):
+    """A variable read while vLLM is imported differs: the preloaded process refuses, and
+    the tool's start is a fresh interpreter, as without it."""
+    from vllm_kimi_eagle.tools.engines import preloaded as client
+
+    env = {**preloaded.env, client.ENV: preloaded.socket_path,
+           "HF_ENDPOINT": "http://127.0.0.1:9"}
+    assert client.popen(["-c", "pass"], env) is None
+    with open(tmp_path / "out", "w") as out:
+        process = client.start([sys.executable, "-c", "import os; print(os.getppid())"], env,
+                               stdout=out)
+        assert isinstance(process, subprocess.Popen)
+        assert process.wait(60) == 0
+    assert int((tmp_path / "out").read_text()) == os.getpid()

@@ -30,7 +30,7 @@ import time
 import traceback
 from collections.abc import Callable
 
-from vllm_kimi_eagle.tools.engines import start_log
+from vllm_kimi_eagle.tools.engines import preloaded, start_log, start_phases
 
 RESULT_PREFIX = "VLLM_KIMI_EAGLE_RESULT "
 TAIL_LINES = 25
@@ -93,7 +93,7 @@ def _logged(line: str) -> str:
     return line.split("] ", 1)[-1].strip()
 
 
-def stop_group(process: subprocess.Popen) -> None:
+def stop_group(process) -> None:
     """Stop the child and everything it started (vLLM's engine core and workers), also
     when the child itself has exited already."""
     stop_session(process.pid)
@@ -132,9 +132,8 @@ def run(command: list[str], log_path: str, env: dict | None = None,
     ``timeout`` seconds, after which its whole process group is stopped."""
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     started = time.perf_counter()
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True)
+    with open(log_path, "w") as log, start_phases.Stamped(log_path, started) as stamped:
+        process = preloaded.start(command, env, stdout=log, stderr=subprocess.STDOUT)
         try:
             process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -143,8 +142,24 @@ def run(command: list[str], log_path: str, env: dict | None = None,
         finally:
             stop_group(process)  # what the child left behind
     seconds = time.perf_counter() - started
-    start_log.record("engine", command[1:], env, seconds)
+    record_start("engine", command[1:], env, seconds, stamped,
+                 forked=isinstance(process, preloaded.Forked))
     return outcome(log_path, process.returncode, seconds)
+
+
+def record_start(kind: str, command: list[str], env: dict | None, seconds: float,
+                 stamped: start_phases.Stamped, **extra) -> None:
+    """The account's line for a start whose log ``stamped`` read: when it was ready (its
+    READY_LINE, else its end) and the seconds of each phase until then."""
+    ready = start_phases.ready_at(stamped.lines)
+    startup = seconds if ready is None else min(ready, seconds)
+    start_log.record(kind, command, env, seconds, startup_s=round(startup, 2),
+                     phases=stamped.phases(startup), **extra)
+
+
+def announce_ready() -> None:
+    """The child's line saying its engine has started (what the account's phases end at)."""
+    print(start_phases.READY_LINE, flush=True)
 
 
 def stopped(timeout: float, log_path: str) -> dict:
@@ -177,11 +192,11 @@ class Session:
         os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
         self.log_path = log_path
         self._log = open(log_path, "w")
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=self._log,
-                                        stderr=subprocess.STDOUT, env=env, text=True,
-                                        start_new_session=True)
-        self._answered = 0
         self._started, self._command, self._env = time.perf_counter(), command, env
+        self._stamped = start_phases.Stamped(log_path, self._started).start()
+        self.process = preloaded.start(command, env, stdin=subprocess.PIPE, stdout=self._log,
+                                       stderr=subprocess.STDOUT, text=True)
+        self._answered = 0
 
     def request(self, payload: dict, timeout: float) -> dict:
         """Send one request; its result, or an error result (the engine stopped then)."""
@@ -222,8 +237,10 @@ class Session:
             pass
         stop_group(self.process)
         if not self._log.closed:
-            start_log.record("engine", self._command[1:], self._env,
-                             time.perf_counter() - self._started, session=True)
+            self._stamped.stop()
+            record_start("engine", self._command[1:], self._env,
+                         time.perf_counter() - self._started, self._stamped, session=True,
+                         forked=isinstance(self.process, preloaded.Forked))
         self._log.close()
 
     def __enter__(self) -> "Session":

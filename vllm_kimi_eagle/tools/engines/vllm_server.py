@@ -25,7 +25,7 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from vllm_kimi_eagle.tools.engines import start_log
+from vllm_kimi_eagle.tools.engines import preloaded, start_log, start_phases
 from vllm_kimi_eagle.tools.engines.engine_process import last_error_line
 from vllm_kimi_eagle.tools.figures import request_metrics, spec_metrics
 
@@ -239,20 +239,29 @@ def running_server(
     note = ""
     for attempt in range(1, PORT_TRIES + 1):
         chosen = port or free_port()
+        started = time.perf_counter()
+        stamped = start_phases.Stamped(log_path, started).start()
         server, command = _launch(model, chosen, log_path, speculative_config,
                                   extra_args or [], env, note)
-        started = time.perf_counter()
         try:
             _wait_healthy(server, startup_timeout)
             break
         except BaseException as err:
             _stop(server.process)
-            start_log.record("server", command[3:], env, time.perf_counter() - started)
-            if port or attempt == PORT_TRIES or not lost_its_port(err):
+            stamped.stop()
+            seconds = time.perf_counter() - started
+            lost = not port and attempt < PORT_TRIES and lost_its_port(err)
+            start_log.record("server", command[3:], env, seconds, startup_s=round(seconds, 2),
+                             phases=stamped.phases(seconds),
+                             forked=isinstance(server.process, preloaded.Forked),
+                             **({"lost_port": True} if lost else {}))
+            if not lost:
                 raise
             note = (f"# port {chosen} was taken by another process before the server "
                     f"bound it ({PORT_TAKEN}): started again\n")
     ready = time.perf_counter() - started
+    stamped.stop()
+    phases = stamped.phases(ready)
     try:
         try:
             yield server
@@ -265,7 +274,8 @@ def running_server(
     finally:
         _stop(server.process)
         start_log.record("server", command[3:], env, time.perf_counter() - started,
-                         startup_s=round(ready, 1))
+                         startup_s=round(ready, 2), phases=phases,
+                         forked=isinstance(server.process, preloaded.Forked))
 
 
 def lost_its_port(err: BaseException) -> bool:
@@ -281,8 +291,7 @@ def _launch(model: str, port: int, log_path: str, speculative_config: dict | Non
     with open(log_path, "w") as log:
         log.write(note + "$ " + " ".join(command) + "\n")
         log.flush()
-        server.process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        server.process = preloaded.start(command, env, stdout=log, stderr=subprocess.STDOUT)
     return server, command
 
 

