@@ -27,21 +27,42 @@ ENGINE_FAILURE = pytest.StashKey[str]()
 TINY_FOLDER = pytest.StashKey[str]()
 
 
+# The suite's order (`make test-order`): "collected" (the longest files first), "reverse",
+# or "shuffle" (seeded); each shared engine runs its jobs in the same order
+# (tests/helpers.py: ORDER_ENV).
+ORDERS = ("collected", "reverse", "shuffle")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--test-order", choices=ORDERS, default="collected",
+                     help="run the tests, and each shared engine's jobs, in this order "
+                          "(make test-order runs the suite reversed and shuffled)")
+    parser.addoption("--test-order-seed", type=int, default=0,
+                     help="the seed of --test-order shuffle")
+
+
 def pytest_configure(config):
     """The account of engine and server starts (tools/engines/start_log.py) and the folder of
     shared engine results (helpers.shared_run): the controller names both before the
     workers start, so every worker and every child uses the same ones.
 
     Under pytest-xdist (make test runs two workers), each worker's engines ask vLLM for
-    a core of their own; left to itself vLLM would give every engine core 0. (On the
-    machines of this project the request does not pin the engine's thread either: both
-    busy engines get both cores' mask, and the kernel spreads them over the two cores,
-    which is what the suite's time needs; see bench-e2e's vllm_server.pin for a real
-    pin.) A binding set by the caller or a test wins."""
+    a core of their own (left to itself vLLM would give every engine core 0) and run one
+    OpenMP thread. vLLM binds a server's worker process to its core, but an engine whose
+    core runs in the caller's process (the tests' engines: VLLM_ENABLE_V1_MULTIPROCESSING=0)
+    keeps one OpenMP thread per CPU, unbound: two such engines, one per pytest worker, then
+    spin four threads on two cores and each runs 50 to 100 times slower
+    (docs/measurements.md, "The test suite's time"). A binding or a thread count set by the
+    caller or a test wins."""
     from vllm_kimi_eagle.tools.engines import start_log
 
     from tests.helpers import SHARED_RUNS_ENV
 
+    from tests.helpers import ORDER_ENV
+
+    order = config.getoption("test_order")
+    if order != "collected":
+        os.environ[ORDER_ENV] = f"{order}:{config.getoption('test_order_seed')}"
     if not hasattr(config, "workerinput"):
         if start_log.ENV not in os.environ:
             handle, path = tempfile.mkstemp(prefix="vllm-kimi-eagle-starts-", suffix=".jsonl")
@@ -49,9 +70,11 @@ def pytest_configure(config):
             os.environ[start_log.ENV] = path
         os.environ[SHARED_RUNS_ENV] = tempfile.mkdtemp(prefix="vllm-kimi-eagle-runs-")
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if worker.startswith("gw") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+    if worker.startswith("gw"):
         cores = sorted(os.sched_getaffinity(0))
-        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(cores[int(worker[2:]) % len(cores)])
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND",
+                              str(cores[int(worker[2:]) % len(cores)]))
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(autouse=True)
@@ -75,11 +98,16 @@ def _environment_restored_after_module():
     _restore_environment(before)
 
 
+# The worker's own: pytest's, and the socket of its preloaded vLLM (tests/helpers.py),
+# which stays for every later test once a test has started it.
+KEPT = {"PYTEST_CURRENT_TEST", "VLLM_KIMI_EAGLE_PRELOADED"}
+
+
 def _restore_environment(before: dict) -> None:
-    for name in set(os.environ) - set(before) - {"PYTEST_CURRENT_TEST"}:
+    for name in set(os.environ) - set(before) - KEPT:
         del os.environ[name]
     for name, value in before.items():
-        if os.environ.get(name) != value and name != "PYTEST_CURRENT_TEST":
+        if os.environ.get(name) != value and name not in KEPT:
             os.environ[name] = value
 
 
@@ -139,28 +167,38 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(tiny_models_line(folder))
     for line in starts_lines() + skips_lines(terminalreporter.stats.get("skipped", [])):
         terminalreporter.write_line(line)
+    if run_restarts():
+        terminalreporter.write_line("FAILED: a worker started the same configuration more "
+                                    "than once (\"started N times\" above)", red=True)
+
+
+def run_starts() -> list[dict]:
+    """The run's engine and server starts (tools/engines/start_log.py)."""
+    from vllm_kimi_eagle.tools.engines import start_log
+
+    return start_log.read(os.environ.get(start_log.ENV, ""))
 
 
 def starts_lines() -> list[str]:
-    """Every engine and server start of the run: how many, their seconds, the ten
-    longest, and any configuration started more than once."""
     from vllm_kimi_eagle.tools.engines import start_log
 
-    starts = start_log.read(os.environ.get(start_log.ENV, ""))
-    kinds = Counter(s["kind"] for s in starts)
-    forked = sum(1 for s in starts if s.get("forked"))
-    lines = [f"engine and server starts: {len(starts)} ({kinds['engine']} engines, {forked} "
-             f"of them forked from a preloaded vLLM; {kinds['server']} servers), "
-             f"{sum(s['seconds'] for s in starts):.0f} s in all"]
-    for s in sorted(starts, key=lambda s: -s["seconds"])[:10]:
-        lines.append(f"  {s['seconds']:7.1f} s  {s['kind']:6}  {s['test'] or '-'}  "
-                     f"{s['label'][:120]}")
-    again = Counter(s["identity"] for s in starts)
-    for identity, count in sorted(again.items()):
-        if count > 1:
-            first = next(s for s in starts if s["identity"] == identity)
-            lines.append(f"  started {count} times: {first['kind']} {first['label'][:200]}")
-    return lines
+    return start_log.account(run_starts())
+
+
+def run_restarts() -> list:
+    from vllm_kimi_eagle.tools.engines import start_log
+
+    return start_log.restarted(run_starts())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session, exitstatus):
+    """A worker that started one configuration twice fails the run (the account names the
+    tests): the suite's order is meant to hand each engine to every test that needs it."""
+    if hasattr(session.config, "workerinput") or exitstatus != 0:
+        return
+    if run_restarts():
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def skips_lines(skipped) -> list[str]:
@@ -183,26 +221,26 @@ def k25(tiny):
     return folder
 
 
-# The longest test files, longest first (their engine and server seconds in the account
-# at the end of a run). pytest-xdist's --dist loadfile hands out files in collection
+# The longest test files, longest first (their tests' seconds in a run's --durations or
+# JUnit report). pytest-xdist's --dist loadfile hands out files in collection
 # order (below), so these go first and the short files fill in behind them; ordered by
 # their number of tests (pytest-xdist's default), one worker ended the run alone on the
 # soak and the bench files.
 LONGEST_FIRST = (
+    "tests/e2e/test_evaluation_e2e.py",  # with SAME_WORKER's other files
     "tests/e2e/test_compiled.py",
+    "tests/e2e/test_calibrate_e2e.py",
+    "tests/e2e/test_k25_e2e.py",
     "tests/e2e/test_bench_e2e_run.py",
     "tests/e2e/test_soak_e2e.py",
-    "tests/e2e/test_evaluation_e2e.py",
-    "tests/e2e/test_draft_e2e.py",
-    "tests/e2e/test_calibrate_e2e.py",
-    "tests/e2e/test_lm_eval_offline_e2e.py",
     "tests/e2e/test_compare_e2e.py",
+    "tests/e2e/test_lm_eval_offline_e2e.py",
+    "tests/e2e/test_draft_e2e.py",
     "tests/e2e/test_trainer_exports_e2e.py",
-    "tests/e2e/test_k25_e2e.py",
-    "tests/e2e/test_greedy_shortcut_e2e.py",
-    "tests/e2e/test_scope_e2e.py",
-    "tests/e2e/test_kimi_cost_e2e.py",
     "tests/e2e/test_k3_drafts_e2e.py",
+    "tests/e2e/test_greedy_shortcut_e2e.py",
+    "tests/e2e/test_kimi_cost_e2e.py",
+    "tests/e2e/test_scope_e2e.py",
 )
 
 
@@ -251,8 +289,11 @@ def pytest_collection_modifyitems(config, items):
     that cannot start one, and FAIL on a release where the engine tests are the proof
     (vllm_compat.E2E_TESTED), so that CI never goes green on a skip there
     (helpers.engine_test_action decides). Then the longest files go first (above)."""
+    from tests.helpers import ORDER_ENV, reordered
+
     order = longest_first([project_file(item) for item in items])
-    items[:] = [items[i] for i in order]
+    items[:] = reordered([items[i] for i in order], os.environ.get(ORDER_ENV, ""))
+    declare_engine_jobs(items)
     marked = [item for item in items if item.get_closest_marker("engine")]
     if not marked:
         return
@@ -268,6 +309,18 @@ def pytest_collection_modifyitems(config, items):
         elif action == "fail":
             item.stash[ENGINE_FAILURE] = (
                 f"engine tests must run on this release, but: {problem}")
+
+
+def declare_engine_jobs(items) -> None:
+    """What the collected modules ask of shared engines beyond the standard job (their
+    ENGINE_JOBS, tests/helpers.EngineJob): an engine runs every job declared for it in its
+    one start, whichever test starts it."""
+    from tests.helpers import declare_jobs
+
+    modules = {id(item.module): item.module for item in items
+               if getattr(item, "module", None) is not None}
+    for module in modules.values():
+        declare_jobs(getattr(module, "ENGINE_JOBS", ()))
 
 
 def pytest_runtest_setup(item):

@@ -1,24 +1,37 @@
 """Run one real vLLM engine (CPU build) and print what tests need as one result line
 (vllm_kimi_eagle/tools/engines/engine_process.py; tests/helpers.run_engine reads it).
 
-    python tests/engine_run.py '{"target": ..., "draft": ... or null, "prompts": [...],
-                                 "max_tokens": 64, "num_speculative_tokens": 3,
-                                 "capture_draft_io": false, "tensor_parallel_size": 1}'
+    python tests/engine_run.py '{"target": ..., "draft": ... or null,
+                                 "num_speculative_tokens": 3, "tensor_parallel_size": 1,
+                                 "jobs": [{"prompts": [...], "max_tokens": 64}, ...]}'
 
-"attention_backend" / "draft_attention_backend": "CPU_MLA" gives the target / the draft
-that backend (vLLM's own options).
-"speculative_config": {...} serves that speculative config (e.g. ngram) instead of the
-EAGLE3 one that "draft" makes.
-"mixed": [SamplingParams kwargs, ...] runs a second batch after the greedy one: the same
-greedy chats with these sampled requests beside them (prompts taken in turn), the greedy
-rows reported under "mixed"; "mixed_vllm_stand_in": [SamplingParams kwargs, ...] runs such
-a batch once more with vLLM's own CPU expand stand-in put back (the bug the plugin mends,
-vllm_kimi_eagle/cpu/cpu_sampler.py), reported under "mixed_vllm_stand_in".
+The engine starts once and runs each job in turn (its counters read as differences): the
+result holds the start's facts and, under "jobs", one result per job. A spec without
+"jobs" is its own one job, its result merged into the start's.
 
-A multimodal target (Kimi-K2.5 shape) also takes "trust_remote_code", "language_model_only"
-and "image_prompts": [{"text": ..., "image": {"width": W, "height": H, "seed": S}}], chat
-messages with the image as a data: URL, run as a second batch whose results are under
-"image". KIMI_EAGLE_TEST_DRAFT_MM_EMBEDDINGS=1 in the environment (an experiment, not a
+A job: "prompts" (greedy chats) and "max_tokens"; "capture_draft_io" with "capture_path"
+keeps the draft's first prefill of the job (inputs and outputs) in that file;
+"both_draft_paths" runs the chats again on the draft's greedy shortcut and on vLLM's plain
+path, one after the other (results under "shortcut" and "plain", each with the shortcut's
+calls during it: "top_token_calls"); "mixed", "mixed_vllm_stand_in", "image_prompts",
+"replicated_checksums" (below).
+
+The start: "kv_cache_memory_bytes" sizes the KV cache (KV_CACHE_BYTES unless given; the
+environment's VLLM_CPU_KVCACHE_SPACE, which would override it, is left out by
+tests/helpers.run_engine). "attention_backend" / "draft_attention_backend": "CPU_MLA" gives
+the target / the draft that backend (vLLM's own options). "speculative_config": {...}
+serves that speculative config (e.g. ngram) instead of the EAGLE3 one that "draft" makes.
+
+"mixed": [SamplingParams kwargs, ...] runs a second batch after the job's greedy one: the
+same greedy chats with these sampled requests beside them (prompts taken in turn), the
+greedy rows reported under "mixed"; "mixed_vllm_stand_in": [SamplingParams kwargs, ...]
+runs such a batch once more with vLLM's own CPU expand stand-in put back (the bug the
+plugin mends, vllm_kimi_eagle/cpu/cpu_sampler.py), reported under "mixed_vllm_stand_in".
+
+A multimodal target (Kimi-K2.5 shape) also takes "trust_remote_code" and
+"language_model_only" at the start, and a job "image_prompts": [{"text": ..., "image":
+{"width": W, "height": H, "seed": S}}], chat messages with the image as a data: URL, run as
+a second batch whose results are under "image". KIMI_EAGLE_TEST_DRAFT_MM_EMBEDDINGS=1 in the environment (an experiment, not a
 plugin feature) lets the draft take the target's image embeddings at image positions
 (see _give_draft_mm_embeddings).
 
@@ -35,6 +48,10 @@ import sys
 import time
 
 
+# The KV cache of a test engine: room for every batch the tests send (a few dozen
+# requests of at most 512 tokens, the 61-layer target's too) and no more, since the
+# engine writes every byte of it at start-up.
+KV_CACHE_BYTES = 192 * 2**20
 # The experiment switch (engine runs with a spawned engine core import this module too).
 DRAFT_MM_EMBEDDINGS_ENV = "KIMI_EAGLE_TEST_DRAFT_MM_EMBEDDINGS"
 
@@ -46,33 +63,49 @@ def _draft_model(llm):
     return runner.drafter.model
 
 
-def _capture_first_prefill(draft_model, store: dict):
-    """Record the draft's first combine_hidden_states call and its first forward that
-    starts at position 0 (the prefill of the first request), inputs and outputs."""
-    original_combine = draft_model.combine_hidden_states
-    original_forward = draft_model.forward
+class _Capture:
+    """While a job asks for it, the draft's first combine_hidden_states call and its first
+    forward that starts at position 0 (the prefill of the job's first request), inputs and
+    outputs. The wrappers stay on the module; they record nothing between such jobs."""
 
-    def combine(hidden_states):
-        result = original_combine(hidden_states)
-        if "combine_in" not in store:
-            store["combine_in"] = hidden_states.detach().clone()
-            store["combine_out"] = result.detach().clone()
-        return result
+    def __init__(self, draft_model):
+        self.store: dict | None = None
+        original_combine = draft_model.combine_hidden_states
+        original_forward = draft_model.forward
 
-    def forward(input_ids, positions, hidden_states, inputs_embeds=None, **kwargs):
-        out, aux = original_forward(input_ids, positions, hidden_states, inputs_embeds, **kwargs)
-        if "forward" not in store and positions.numel() >= 4 and int(positions[0]) == 0:
-            store["forward"] = {
-                "input_ids": input_ids.detach().clone(),
-                "positions": positions.detach().clone(),
-                "hidden_states": hidden_states.detach().clone(),
-                "out": out.detach().clone(),
-                "aux": aux.detach().clone(),
-            }
-        return out, aux
+        def combine(hidden_states):
+            result = original_combine(hidden_states)
+            if self.store is not None and "combine_in" not in self.store:
+                self.store["combine_in"] = hidden_states.detach().clone()
+                self.store["combine_out"] = result.detach().clone()
+            return result
 
-    draft_model.combine_hidden_states = combine
-    draft_model.forward = forward
+        def forward(input_ids, positions, hidden_states, inputs_embeds=None, **kwargs):
+            out, aux = original_forward(input_ids, positions, hidden_states, inputs_embeds,
+                                        **kwargs)
+            if (self.store is not None and "forward" not in self.store
+                    and positions.numel() >= 4 and int(positions[0]) == 0):
+                self.store["forward"] = {
+                    "input_ids": input_ids.detach().clone(),
+                    "positions": positions.detach().clone(),
+                    "hidden_states": hidden_states.detach().clone(),
+                    "out": out.detach().clone(),
+                    "aux": aux.detach().clone(),
+                }
+            return out, aux
+
+        draft_model.combine_hidden_states = combine
+        draft_model.forward = forward
+
+    def start(self) -> None:
+        self.store = {}
+
+    def save(self, path: str) -> str:
+        import torch
+
+        torch.save(self.store, path)
+        self.store = None
+        return path
 
 
 def _replicated_checksums(worker) -> dict:
@@ -139,6 +172,43 @@ def _aux_layers(model):
         if layers is not None and not callable(layers):
             return list(layers)
     return None
+
+
+def _draft_paths(worker, shortcut: bool | None = None) -> tuple[int, bool]:
+    """(run in each worker) The calls the draft's greedy shortcut (get_top_tokens) has had,
+    and whether vLLM's proposer takes it (its use_local_argmax_reduction, read at every
+    draft step); with ``shortcut`` given, set that to it afterwards."""
+    drafter = worker.model_runner.drafter
+    model = drafter.model
+    if not hasattr(model, "_test_top_token_calls"):
+        original = model.get_top_tokens
+        model._test_top_token_calls = 0
+
+        def counted(*args, **kwargs):
+            model._test_top_token_calls += 1
+            return original(*args, **kwargs)
+
+        model.get_top_tokens = counted
+    taken = bool(drafter.use_local_argmax_reduction)
+    if shortcut is not None:
+        drafter.use_local_argmax_reduction = shortcut
+    return model._test_top_token_calls, taken
+
+
+def _both_paths(llm, messages, params) -> dict:
+    """The job's greedy chats on the greedy shortcut, then on vLLM's plain path (logits
+    over the target vocabulary, argmax) in the same engine: each with its counters and
+    the shortcut's calls during it. The engine is left as it started."""
+    results = {}
+    started = llm.collective_rpc(_draft_paths)
+    for name, shortcut in (("shortcut", True), ("plain", False)):
+        before = sum(calls for calls, _ in llm.collective_rpc(_draft_paths, args=(shortcut,)))
+        results[name] = _chat(llm, messages, params)
+        after = sum(calls for calls, _ in llm.collective_rpc(_draft_paths))
+        results[name]["top_token_calls"] = after - before
+    llm.collective_rpc(_draft_paths, args=(started[0][1],))
+    results["started_on_shortcut"] = [taken for _, taken in started]
+    return results
 
 
 def _chat(llm, messages, params) -> dict:
@@ -215,6 +285,7 @@ def main(spec: dict) -> dict:
     kwargs = dict(
         model=spec["target"],
         max_model_len=spec.get("max_model_len", 512),
+        kv_cache_memory_bytes=spec.get("kv_cache_memory_bytes", KV_CACHE_BYTES),
         seed=0,
         enforce_eager=spec.get("enforce_eager", True),
         disable_log_stats=False,
@@ -237,8 +308,11 @@ def main(spec: dict) -> dict:
             kwargs["speculative_config"]["attention_backend"] = spec["draft_attention_backend"]
     if spec.get("speculative_config"):
         kwargs["speculative_config"] = spec["speculative_config"]
+    from vllm_kimi_eagle.tools.engines import engine_process
+
     started = time.time()
     llm = LLM(**kwargs)
+    engine_process.announce_ready()
     try:
         return _serve(llm, spec, round(time.time() - started, 1))
     finally:
@@ -246,52 +320,68 @@ def main(spec: dict) -> dict:
 
 
 def _serve(llm, spec: dict, engine_seconds: float) -> dict:
-    from vllm import SamplingParams
-
-    result = {"engine_seconds": engine_seconds}
-    captured: dict = {}
-    if spec.get("capture_draft_io"):
-        model = _draft_model(llm)
-        result["draft_class"] = f"{type(model).__module__}:{type(model).__name__}"
-        _capture_first_prefill(model, captured)
-    elif (spec.get("draft") and spec.get("tensor_parallel_size", 1) == 1
-          and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"):
-        model = _draft_model(llm)
-        result["draft_class"] = f"{type(model).__module__}:{type(model).__name__}"
+    """The start's facts, then each job's result: under "jobs" where the spec lists its
+    jobs, merged into the result where the spec is its own one job."""
     import vllm_kimi_eagle
     from vllm_kimi_eagle.compat import vllm_compat
 
+    jobs = spec.get("jobs") or [spec]
+    result = {"engine_seconds": engine_seconds}
+    capture = None
+    if any(job.get("capture_draft_io") for job in jobs) or (
+            spec.get("draft") and spec.get("tensor_parallel_size", 1) == 1
+            and os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"):
+        model = _draft_model(llm)
+        result["draft_class"] = f"{type(model).__module__}:{type(model).__name__}"
+        if any(job.get("capture_draft_io") for job in jobs):
+            capture = _Capture(model)
     model_config = llm.llm_engine.model_config
     result.update(
         plugin_file=vllm_kimi_eagle.__file__,
         supports_multimodal_inputs=vllm_compat.supports_multimodal_inputs(model_config),
         total_layers=model_config.get_total_num_hidden_layers(),
+        dtype=str(model_config.dtype),
     )
     result.update(llm.collective_rpc(_runner_facts)[0])
-    params = SamplingParams(temperature=0.0, max_tokens=spec.get("max_tokens", 64), ignore_eos=True)
-    messages = [[{"role": "user", "content": p}] for p in spec["prompts"]]
-    result.update(_chat(llm, messages, params) if messages else {}, dtype=str(model_config.dtype))
-    if spec.get("mixed"):
-        result["mixed"] = _mixed(llm, messages, params, spec["mixed"])
-    if spec.get("mixed_vllm_stand_in"):
+    done = [_job(llm, job, capture) for job in jobs]
+    if "jobs" in spec:
+        result["jobs"] = done
+    else:
+        result.update(done[0])
+    return result
+
+
+def _job(llm, job: dict, capture: _Capture | None) -> dict:
+    """One job: its greedy chats (counters as differences), then what else it asks."""
+    from vllm import SamplingParams
+
+    result: dict = {}
+    params = SamplingParams(temperature=0.0, max_tokens=job.get("max_tokens", 64),
+                            ignore_eos=True)
+    messages = [[{"role": "user", "content": p}] for p in job.get("prompts", [])]
+    if job.get("capture_draft_io"):
+        capture.start()
+    if messages:
+        result.update(_chat(llm, messages, params))
+    if job.get("capture_draft_io"):
+        result["captured"] = capture.save(job["capture_path"])
+    if job.get("both_draft_paths"):
+        result.update(_both_paths(llm, messages, params))
+    if job.get("mixed"):
+        result["mixed"] = _mixed(llm, messages, params, job["mixed"])
+    if job.get("mixed_vllm_stand_in"):
         result["mixed_vllm_stand_in"] = _mixed_with_vllm_stand_in(
-            llm, messages, params, spec["mixed_vllm_stand_in"])
-    if spec.get("image_prompts"):
+            llm, messages, params, job["mixed_vllm_stand_in"])
+    if job.get("image_prompts"):
         image_messages = [[{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": _image_url(p["image"])}},
-            {"type": "text", "text": p["text"]}]}] for p in spec["image_prompts"]]
+            {"type": "text", "text": p["text"]}]}] for p in job["image_prompts"]]
         try:
             result["image"] = _chat(llm, image_messages, params)
         except Exception as err:  # e.g. refused with --language-model-only: report it
             result["image_error"] = f"{type(err).__name__}: {err}"
-    if spec.get("replicated_checksums"):
+    if job.get("replicated_checksums"):
         result["replicated_checksums"] = llm.collective_rpc(_replicated_checksums)
-    if captured:
-        import torch
-
-        path = spec["capture_path"]
-        torch.save(captured, path)
-        result["captured"] = path
     return result
 
 

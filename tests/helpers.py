@@ -8,6 +8,7 @@ of a process that has imported vLLM and nothing of the plugin (tests/preloaded_v
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -188,8 +189,9 @@ ENGINE_RUN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "engine_ru
 
 
 def run_engine(spec: dict, env: dict | None = None, timeout: int = 900) -> dict:
-    """One real vLLM engine in a fresh process (tests/engine_run.py, through the tools'
-    engine_process: a timeout stops its whole process group); its result.
+    """One real vLLM engine in a process of its own (tests/engine_run.py, through the
+    tools' engine_process: forked from the preloaded vLLM where the environment allows; a
+    timeout stops its whole process group); its result.
 
     An engine that fails returns {"error": ...}; the log's tail is kept under "_stderr"
     for messages that a test asserts on or prints when it fails, the whole log under
@@ -198,12 +200,15 @@ def run_engine(spec: dict, env: dict | None = None, timeout: int = 900) -> dict:
 
     from vllm_kimi_eagle.tools.engines import engine_process
 
+    preloaded_process()
     full_env = {**os.environ, **BASE_ENV, **(env or {})}
+    # The engine sizes its KV cache itself (engine_run.py): vLLM's legacy variable would
+    # override it.
+    full_env.pop("VLLM_CPU_KVCACHE_SPACE", None)
     with tempfile.TemporaryDirectory(prefix="vllm-kimi-eagle-engine-") as folder:
         log_path = os.path.join(folder, "engine.log")
         command = [sys.executable, ENGINE_RUN, json.dumps(spec)]
-        result = (run_forked(command, log_path, full_env, timeout)
-                  or engine_process.run(command, log_path, full_env, timeout))
+        result = engine_process.run(command, log_path, full_env, timeout)
         with open(log_path, errors="replace") as f:
             text = f.read()
     result["_stderr"] = text[-6000:]
@@ -216,13 +221,18 @@ FRESH_ENGINES_ENV = "VLLM_KIMI_EAGLE_TEST_FRESH_ENGINES"
 _PRELOADED: list = []
 
 
-def _preloaded_for(env: dict):
-    """This worker's preloaded vLLM process, started on first use, if a run with ``env``
-    may be forked from it; else None."""
+def preloaded_process():
+    """This worker's preloaded vLLM process (tests/preloaded_vllm.py), started on first
+    use, or None with FRESH_ENGINES_ENV=1. Its socket is named in the worker's environment
+    (VLLM_KIMI_EAGLE_PRELOADED), so that every child, and every engine and server a tool
+    starts, is forked from it (vllm_kimi_eagle/tools/engines/preloaded.py)."""
+    from vllm_kimi_eagle.tools.engines import preloaded
+
     if os.environ.get(FRESH_ENGINES_ENV) == "1":
         return None
     if _PRELOADED and not _PRELOADED[0].alive():
         _PRELOADED.clear()
+        os.environ.pop(preloaded.ENV, None)
     if not _PRELOADED:
         import atexit
         import tempfile
@@ -231,27 +241,17 @@ def _preloaded_for(env: dict):
         os.close(handle)
         _PRELOADED.append(preloaded_vllm.Preloaded({**os.environ, **BASE_ENV}, log_path))
         atexit.register(_PRELOADED[0].close)
-    zygote = _PRELOADED[0]
-    return zygote if preloaded_vllm.served_by_fork(env, zygote.env, zygote.after_import) else None
+        os.environ[preloaded.ENV] = _PRELOADED[0].socket_path
+    return _PRELOADED[0]
 
 
-def run_forked(command: list[str], log_path: str, env: dict, timeout: float) -> dict | None:
-    """``engine_process.run``'s result for ``command`` (python SCRIPT ARGS), run in a fork
-    of this worker's preloaded vLLM process; None where it must start fresh."""
-    import time
-
-    from vllm_kimi_eagle.tools.engines import engine_process, start_log
-
-    zygote = _preloaded_for(env)
+def _preloaded_for(env: dict):
+    """This worker's preloaded vLLM process, if a run with ``env`` may be forked from it;
+    else None."""
+    zygote = preloaded_process()
     if zygote is None:
         return None
-    started = time.perf_counter()
-    exit_code = zygote.run(command[1:], env, log_path, timeout)
-    if exit_code is None:
-        return engine_process.stopped(timeout, log_path)
-    seconds = time.perf_counter() - started
-    start_log.record("engine", command[1:], env, seconds, forked=True)
-    return engine_process.outcome(log_path, exit_code, seconds)
+    return zygote if preloaded_vllm.served_by_fork(env, zygote.env, zygote.after_import) else None
 
 
 # ---- engines on the tiny models, shared by every test module of the session ----------
@@ -274,41 +274,131 @@ def upstream_float32_backends(draft_dir: str | None) -> dict:
             mla_draft = json.load(f).get("kv_lora_rank") is not None
     return {"attention_backend": CPU_MLA, **({"draft_attention_backend": CPU_MLA}
                                              if mla_draft else {})}
+
+
+# What an engine is started with (the rest of engine()'s keywords is what a job asks of it:
+# engine_run.py).
+START_KEYS = ("dtype", "enforce_eager", "tensor_parallel_size", "speculative_config",
+              "attention_backend", "draft_attention_backend", "trust_remote_code",
+              "language_model_only", "max_model_len", "num_speculative_tokens",
+              "kv_cache_memory_bytes")
+STANDARD_JOB = {"prompts": PROMPTS, "max_tokens": MAX_TOKENS}
+# The jobs test modules declare beyond the standard one (their ENGINE_JOBS, gathered at
+# collection by tests/conftest.py): each engine runs those declared for it in its one start.
+_DECLARED: list = []
 _ENGINES: dict = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineJob:
+    """A job a test module asks of an engine (its module-level ENGINE_JOBS list): the
+    arguments it passes to engine(), the job's keywords in ``job``."""
+
+    draft: str | None
+    job: dict
+    env: dict | None = None
+    target: str = "target"
+    start: dict = dataclasses.field(default_factory=dict)
+
+    def key_and_job(self, tiny: str):
+        return _engine_and_job(self.draft and os.path.join(tiny, self.draft), self.env,
+                               os.path.join(tiny, self.target), {**self.start, **self.job})
+
+
+def declare_jobs(declared) -> None:
+    """Add EngineJobs to what their engines run when they start (tests/conftest.py)."""
+    _DECLARED.extend(item for item in declared if item not in _DECLARED)
+
+
+def _engine_and_job(draft: str | None, env: dict | None, target: str, extra: dict):
+    """(the engine's key, the job) for engine()'s arguments (paths), defaults applied."""
+    start = {"dtype": "float32", **{k: v for k, v in extra.items() if k in START_KEYS}}
+    job = {**STANDARD_JOB, **{k: v for k, v in extra.items() if k not in START_KEYS}}
+    if env == NO_PLUGIN and start["dtype"] == "float32":
+        start = {**upstream_float32_backends(draft), **start}
+    return (target, draft, json.dumps(env or {}, sort_keys=True),
+            json.dumps(start, sort_keys=True)), job
 
 
 def engine(tiny: str, draft: str | None, env: dict | None = None, target: str = "target",
            **extra) -> dict:
-    """One engine run on the tiny models (``target`` and ``draft``, folder names; 8 prompts
-    x 64 greedy tokens, float32, unless ``extra`` says otherwise), started on first use and
-    cached for the whole test session.
+    """One engine on the tiny models (``target`` and ``draft``: folder names or paths;
+    float32 unless ``extra`` says otherwise) and one job's result on it: 8 prompts x 64
+    greedy tokens unless ``extra`` asks another job (engine_run.py). Each engine starts
+    once for the whole run: it runs the standard job, every job test modules declare for
+    it (ENGINE_JOBS) and the job asked, in that order, and the results are kept for every
+    test.
+
+    The plugin's class served plainly keeps its standard job's first prefill too (a
+    clone, which changes no token or counter): captured_engine() needs no start of its own.
 
     float32, not vLLM's bfloat16 default for these float32 checkpoints: a greedy
     comparison between runs whose batches differ (speculation verifies several tokens
     per step) is exact only where bfloat16 rounding cannot flip a near-tie; with the
     realistic draft (many rejections, many batch shapes) float32 keeps "lossless" a
     statement about speculation, not about rounding."""
-    extra = {"dtype": "float32", **extra}
-    if draft and not env and extra == {"dtype": "float32"}:
-        # The default run of the plugin's class keeps its first prefill's inputs and
-        # outputs (a clone, which changes no token or counter): one start serves both
-        # engine() and captured_engine().
-        extra = {**extra, **_capture(draft, env, extra)}
-    if env == NO_PLUGIN and extra["dtype"] == "float32":
-        extra = {**upstream_float32_backends(os.path.join(tiny, draft) if draft else None),
-                 **extra}
-    key = (target, draft, json.dumps(env or {}, sort_keys=True),
-           json.dumps(extra, sort_keys=True))
-    if key not in _ENGINES:
-        spec = {
-            "target": os.path.join(tiny, target),
-            "draft": os.path.join(tiny, draft) if draft else None,
-            "prompts": PROMPTS,
-            "max_tokens": MAX_TOKENS,
-            **extra,
-        }
-        _ENGINES[key] = shared_run(key, lambda: run_engine(spec, env=env))
-    return _ENGINES[key]
+    key, job = _engine_and_job(draft and os.path.join(tiny, draft), env,
+                               os.path.join(tiny, target), extra)
+    standard = _standard_job(key, env)
+    if job == STANDARD_JOB:
+        job = standard
+    text = json.dumps(key)
+    if text not in _ENGINES:
+        jobs = []
+        for other in [standard, *(j for item in _DECLARED
+                                  for k, j in [item.key_and_job(tiny)] if k == key), job]:
+            if other not in jobs:
+                jobs.append(other)
+        jobs = _in_test_order(jobs)
+        _ENGINES[text] = shared_run(key, lambda: _run_jobs(key, jobs, env))
+    run = _ENGINES[text]
+    if "error" not in run and job not in run["asked"]:
+        # Not declared for this engine: another start (the account's "started N times"
+        # names it; declare the job in the module's ENGINE_JOBS).
+        run = shared_run([key, job], lambda: _run_jobs(key, [job], env))
+    if "error" in run:
+        return run
+    facts = {k: v for k, v in run.items() if k not in ("jobs", "asked")}
+    return {**facts, **run["jobs"][run["asked"].index(job)]}
+
+
+# The order `pytest --test-order` asks (tests/conftest.py sets it for every worker):
+# "reverse:SEED" or "shuffle:SEED", for the tests and each shared engine's jobs.
+ORDER_ENV = "VLLM_KIMI_EAGLE_TEST_ORDER"
+
+
+def reordered(things: list, order: str) -> list:
+    """``things`` in the order ORDER_ENV names ("" keeps them)."""
+    import random
+
+    how, _, seed = order.partition(":")
+    if how == "reverse":
+        return things[::-1]
+    if how == "shuffle":
+        shuffled = list(things)
+        random.Random(int(seed or 0)).shuffle(shuffled)
+        return shuffled
+    return list(things)
+
+
+def _in_test_order(jobs: list[dict]) -> list[dict]:
+    return reordered(jobs, os.environ.get(ORDER_ENV, ""))
+
+
+def _standard_job(key, env: dict | None) -> dict:
+    """The standard job; for the plugin's class served plainly (a draft, no environment,
+    float32 and nothing else started otherwise), with its first prefill kept."""
+    plain = key[1] and not env and json.loads(key[3]) == {"dtype": "float32"}
+    return {**STANDARD_JOB, **_capture_of(key, STANDARD_JOB)} if plain else STANDARD_JOB
+
+
+def _run_jobs(key, jobs: list[dict], env: dict | None) -> dict:
+    target, draft, _, start = key
+    spec = {"target": target, "draft": draft, **json.loads(start), "jobs": jobs}
+    result = run_engine(spec, env=env)
+    if "error" not in result:
+        result["asked"] = jobs
+    return result
 
 
 # A folder the pytest controller names for the run (tests/conftest.py): every worker keeps
@@ -341,9 +431,9 @@ def shared_run(key, run):
 _CAPTURE_DIR: list[str] = []
 
 
-def _capture(draft: str, env: dict | None, extra: dict) -> dict:
-    """The engine settings that keep the draft's first prefill, in a file named for the
-    run's configuration."""
+def _capture_of(key, job: dict) -> dict:
+    """The job keys that keep the draft's first prefill, in a file named for the engine
+    and the job."""
     import hashlib
 
     if not _CAPTURE_DIR:
@@ -351,19 +441,21 @@ def _capture(draft: str, env: dict | None, extra: dict) -> dict:
 
         _CAPTURE_DIR.append(os.environ.get(SHARED_RUNS_ENV)
                             or tempfile.mkdtemp(prefix="vllm-kimi-eagle-capture-"))
-    key = json.dumps([draft, env or {}, extra], sort_keys=True)
-    name = f"{os.path.basename(draft)}-{hashlib.sha256(key.encode()).hexdigest()[:12]}.pt"
-    return {"capture_draft_io": True, "capture_path": os.path.join(_CAPTURE_DIR[0], name)}
+    name = hashlib.sha256(json.dumps([key, job], sort_keys=True).encode()).hexdigest()[:16]
+    draft = os.path.basename(key[1] or "none")
+    return {"capture_draft_io": True,
+            "capture_path": os.path.join(_CAPTURE_DIR[0], f"{draft}-{name}.pt")}
 
 
 def captured_engine(tiny: str, draft: str, env: dict | None = None, **extra) -> dict:
     """engine() in float32 with the draft's first prefill inputs and outputs saved (the
-    file is ``result["captured"]``); one run per draft and environment for the session,
-    the same run as engine()'s where no environment is given."""
+    file is ``result["captured"]``): for the plugin's class served plainly, the same run
+    and job as engine()'s."""
     if not env and not extra:
         return engine(tiny, draft)
-    return engine(tiny, draft, env=env, **_capture(draft, env, {"dtype": "float32", **extra}),
-                  **extra)
+    key, job = _engine_and_job(os.path.join(tiny, draft), env, os.path.join(tiny, "target"),
+                               extra)
+    return engine(tiny, draft, env=env, **_capture_of(key, job), **extra)
 
 
 # vLLM's run of our class vs the reference, float32 end to end: vLLM's CPU MLA kernel and

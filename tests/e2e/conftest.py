@@ -10,13 +10,21 @@ from contextlib import ExitStack
 import pytest
 
 from tests.conftest import SAME_WORKER, project_file
-from tests.helpers import BASE_ENV, FP32
+from tests.helpers import BASE_ENV, FP32, preloaded_process
 from vllm_kimi_eagle.tools.engines import vllm_server
 
 # What both servers are started with; they differ in the speculative config alone.
 SHARED_SERVER_ARGS = ["--max-model-len", "512", "--seed", "0", *FP32]
 SHARED_SERVER_K = 3
 _PAIR: dict = {}  # "servers" and the "stack" that stops them, while they are up
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _preloaded_vllm():
+    """This worker's preloaded vLLM (tests/helpers.preloaded_process), up before the first
+    test here, so that what even the first one starts, in a tool called in this process
+    too, is forked from it."""
+    preloaded_process()
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 the engine without a draft, and the engine lives (vLLM's CPU rejection sampler broke both;
 the plugin mends it, vllm_kimi_eagle/cpu/cpu_sampler.py).
 
-One engine with the base draft runs the 8 greedy chats of the shared engines, then the same
+The base draft's shared engine runs the 8 greedy chats of the shared engines, then the same
 chats with sampled requests beside them (temperature, top-k, n=2, logprobs, seeds), then a
 mixed batch once more with vLLM's own expand stand-in put back: the reproduction of the
 bug, in the same engine, so the stand-in is the only difference.
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import engine, served
+from tests.helpers import EngineJob, engine, served
 
 pytestmark = pytest.mark.engine
 
@@ -32,10 +32,14 @@ SAMPLED_NO_TOP_K_OR_P = [{"temperature": 0.8, "max_tokens": 64, "seed": 1},
                          {"temperature": 1.0, "max_tokens": 64, "n": 2, "logprobs": 2}]
 
 
+MIXED = {"mixed": SAMPLED, "mixed_vllm_stand_in": SAMPLED_NO_TOP_K_OR_P}
+# Asked of the base draft's shared engine (tests/helpers.engine), after its greedy chats.
+ENGINE_JOBS = [EngineJob("draft", MIXED)]
+
+
 @pytest.fixture(scope="module")
 def mixed(tiny):
-    return served(engine(tiny, "draft", mixed=SAMPLED,
-                         mixed_vllm_stand_in=SAMPLED_NO_TOP_K_OR_P))
+    return served(engine(tiny, "draft", **MIXED))
 
 
 @pytest.fixture(scope="module")
