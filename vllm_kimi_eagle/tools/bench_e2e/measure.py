@@ -16,6 +16,7 @@ identical acceptance then differ more than pinned ones (docs/measurements.md).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -104,6 +105,8 @@ class LiveServers:
         self.prompts = corpus.demo_prompts(grid["prompts"])
         self.extra = bench_server_args(args.server_args, tiny_default=args.target_is_tiny)
         self.servers: dict[str, tuple[vllm_server.Server, str]] = {}
+        # The name each configuration is up under: a second name for it reuses that server.
+        self.up: dict[tuple[str, str], str] = {}
         # On a CPU: the engine measured on CPUs of its own, apart from HTTP and the client.
         self.cpus = (vllm_server.split_cpus(os.sched_getaffinity(0), os.environ)
                      if vllm_server.cpu_platform() else None)
@@ -112,6 +115,14 @@ class LiveServers:
         self.progress.write(message, file=sys.stderr)  # tqdm.write defaults to stdout
 
     def start(self, stack: ExitStack, name: str, config: str, spec: dict | None) -> None:
+        """Server ``name`` for ``stack``'s lifetime: started and warmed up, or the one
+        already up with the same configuration and speculative config."""
+        key = (config, json.dumps(spec, sort_keys=True))
+        if self.up.get(key) in self.servers:
+            self.servers[name] = self.servers[self.up[key]]
+            stack.callback(self.servers.pop, name, None)
+            self.say(f"{name}: the server already up as {self.up[key]}")
+            return
         log = os.path.join(self.out, f"server-{name}.log")
         env = {**vllm_server.default_env(), **CONFIGS[PLUGIN if config == SCHEDULE
                                                       else config].env}
@@ -132,7 +143,9 @@ class LiveServers:
                        self.grid["max_tokens"])  # warm-up, not measured
         server.pause()
         stack.callback(self.servers.pop, name, None)
+        stack.callback(self.up.pop, key, None)
         self.servers[name] = (server, model)
+        self.up[key] = name
         self.say(f"  {name} ready and warmed up in {time.perf_counter() - started:.0f}s")
         self.progress.unpause()  # the ETA is over measurement windows, not server starts
 
@@ -187,11 +200,12 @@ def run(args, grid: dict, out: str, schedule: bool = False) -> dict:
     live = LiveServers(args, grid, out, progress)
     windows: list[dict] = []
     result: dict = {}
-    with ExitStack() as whole, ExitStack() as aa:
+    groups = server_groups(configs, grid["max_servers"])
+    with ExitStack() as whole, ExitStack() as aa, ExitStack() as last:
         for name in (c for c in configs if c in BASELINES):
             live.start(aa if name == AA else whole, name, name, None)
         for k in grid["k"]:
-            for g, group in enumerate(server_groups(configs, grid["max_servers"])):
+            for g, group in enumerate(groups):
                 with ExitStack() as alive:
                     for config in group:
                         live.start(alive, config, config, server_config(config, args.draft, k))
@@ -203,6 +217,11 @@ def run(args, grid: dict, out: str, schedule: bool = False) -> dict:
                         w = live.window(config, config, concurrency)
                         windows.append({"k": k, "group": g, "round": round_,
                                         "concurrency": concurrency, "config": config, **w})
+                    if schedule and grid["max_servers"] is None and (k, g) == (
+                            grid["k"][-1], len(groups) - 1):
+                        # Up until the schedule phase, which may measure it again (no
+                        # limit on servers up at once, so none is over it).
+                        last.enter_context(alive.pop_all())
         result["cells"] = [cell(config, k, concurrency, windows) for k in grid["k"]
                            for concurrency in grid["concurrency"] for config in configs]
         result["windows"] = windows
