@@ -75,9 +75,12 @@ test-fast: $(STAMP)
 
 ORDER_SEED ?= 1
 test-order: $(STAMP)
-	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python -m pytest tests $(PYTEST_ARGS) --test-order reverse
-	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python -m pytest tests $(PYTEST_ARGS) --test-order shuffle \
-		--test-order-seed $(ORDER_SEED)
+	status=0; \
+	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python -m pytest tests $(PYTEST_ARGS) \
+		--test-order reverse || status=1; \
+	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/python -m pytest tests $(PYTEST_ARGS) \
+		--test-order shuffle --test-order-seed $(ORDER_SEED) || status=1; \
+	exit $$status
 
 demo: $(STAMP)
 	VLLM_TARGET_DEVICE=cpu $(VENV)/bin/vllm-kimi-eagle demo

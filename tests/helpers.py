@@ -198,10 +198,10 @@ def run_engine(spec: dict, env: dict | None = None, timeout: int = 900) -> dict:
     "_log" (vLLM logs to stdout)."""
     import tempfile
 
-    from vllm_kimi_eagle.tools.engines import engine_process
+    from vllm_kimi_eagle.tools.engines import engine_process, start_log
 
     preloaded_process()
-    full_env = {**os.environ, **BASE_ENV, **(env or {})}
+    full_env = {**os.environ, **BASE_ENV, **(env or {}), start_log.SHARED: "1"}
     # The engine sizes its KV cache itself (engine_run.py): vLLM's legacy variable would
     # override it.
     full_env.pop("VLLM_CPU_KVCACHE_SPACE", None)

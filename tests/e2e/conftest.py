@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import SAME_WORKER, project_file
 from tests.helpers import BASE_ENV, FP32, preloaded_process
-from vllm_kimi_eagle.tools.engines import vllm_server
+from vllm_kimi_eagle.tools.engines import start_log, vllm_server
 
 # What both servers are started with; they differ in the speculative config alone.
 SHARED_SERVER_ARGS = ["--max-model-len", "512", "--seed", "0", *FP32]
@@ -40,7 +40,7 @@ def shared_servers(tiny, tmp_path_factory):
         with ExitStack() as stack:
             servers = {name: stack.enter_context(vllm_server.running_server(
                 os.path.join(tiny, "target"), str(out / f"server-{name}.log"), speculative,
-                SHARED_SERVER_ARGS, env=BASE_ENV))
+                SHARED_SERVER_ARGS, env={**BASE_ENV, start_log.SHARED: "1"}))
                 for name, speculative in (("none", None), ("draft", spec))}
             _PAIR.update(servers=servers, stack=stack.pop_all())
     return _PAIR["servers"]

@@ -88,18 +88,23 @@ def test_the_account_gives_the_median_start_each_phase_and_restarts():
         _start("gw1", "a", "t3", 30.0, startup_s=8.0),
         _start("gw0", "a", "t4", 10.0, startup_s=5.0),
     ]
-    lines = start_log.account(starts)
+    lines = start_log.account([dict(s, shared=True) for s in starts])
     assert "4 (4 engines, 0 servers; 0 forked" in lines[0] and "70 s in all" in lines[0]
     assert "ready after 23 s in all, median 5.5 s" in lines[0]
     assert lines[1].startswith("  to ready, by phase (s, summed): process 3, config 0,")
     assert "load 7" in lines[1] and "not read 13" in lines[1]
     (again,) = [line for line in lines if "started 2 times" in line]
     assert "worker gw0" in again and "(by t1, t4)" in again
-    assert start_log.restarted(starts)[0][1:] == (2, ["t1", "t4"])
+    # Not one the suite shares: two tests whose tools each start it are no restart.
+    assert start_log.restarted(starts) == []
+    shared = [dict(s, shared=True) for s in starts]
+    assert start_log.restarted(shared)[0][1:] == (2, ["t1", "t4"])
+    # One test that starts a configuration twice is, shared or not.
+    assert start_log.restarted([starts[0], dict(starts[3], test="t1")])[0][1:] == (2, ["t1"])
     # Another worker's start of the same configuration, or a start lost to a taken port
     # and made again, is no restart.
-    assert start_log.restarted(starts[:3]) == []
-    assert start_log.restarted([starts[0], dict(starts[3], lost_port=True)]) == []
+    assert start_log.restarted(shared[:3]) == []
+    assert start_log.restarted([shared[0], dict(shared[3], lost_port=True)]) == []
 
 
 def test_an_identity_is_what_was_started_not_its_port_or_what_it_was_asked():
@@ -116,3 +121,14 @@ def test_a_run_without_starts_says_so_in_one_line():
     assert start_log.account([]) == [
         "engine and server starts: 0 (0 engines, 0 servers; 0 forked from a preloaded vLLM), "
         "0 s in all; ready after 0 s in all, median 0.0 s (engines 0.0 s, servers 0.0 s)"]
+
+
+def test_a_start_the_suite_shares_is_marked_and_the_suites_own_variables_are_no_identity(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv(start_log.ENV, str(tmp_path / "starts.jsonl"))
+    start_log.record("engine", ["run.py"], {start_log.SHARED: "1",
+                                           "VLLM_KIMI_EAGLE_TEST_ORDER": "reverse:0"}, 1.0)
+    start_log.record("engine", ["run.py"], {}, 1.0)
+    shared, alone = start_log.read(str(tmp_path / "starts.jsonl"))
+    assert shared["shared"] is True and "shared" not in alone
+    assert shared["identity"] == alone["identity"] and shared["label"] == alone["label"]

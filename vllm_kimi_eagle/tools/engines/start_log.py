@@ -9,9 +9,14 @@ import json
 import os
 
 ENV = "VLLM_KIMI_EAGLE_START_LOG"
-# Variables that say nothing about what was started: this account's, the test suite's
-# shared results folder, and the core an engine is bound to.
-IGNORED = (ENV, "VLLM_KIMI_EAGLE_TEST_RUNS", "VLLM_CPU_OMP_THREADS_BIND", "VLLM_KIMI_EAGLE_PRELOADED")
+# Variables that say nothing about what was started: this account's, the preloaded vLLM
+# a start was forked from, the core an engine is bound to, and the test suite's own.
+IGNORED = (ENV, "VLLM_KIMI_EAGLE_PRELOADED", "VLLM_CPU_OMP_THREADS_BIND")
+IGNORED_PREFIX = "VLLM_KIMI_EAGLE_TEST_"
+# Set (to 1) by a test suite in the environment of the starts it shares among its tests
+# (the tests' engines and shared servers, as against those a tool under test starts for
+# itself): one of those started twice by a worker is a start the suite could have saved.
+SHARED = "VLLM_KIMI_EAGLE_TEST_SHARED_START"
 
 
 # What a JSON argument asks of an engine once started, not how it is started.
@@ -36,7 +41,7 @@ def describe(command: list[str], env: dict | None) -> tuple[str, str]:
             started.append(word)
     words = [os.path.basename(w) if os.sep in w and " " not in w else w for w in started]
     settings = sorted((k, v) for k, v in (env or os.environ).items() if k.startswith("VLLM_")
-                      and k not in IGNORED)
+                      and k not in IGNORED and not k.startswith(IGNORED_PREFIX))
     identity = hashlib.sha256(json.dumps([started, settings]).encode()).hexdigest()[:12]
     changed = [f"{k}={v}" for k, v in settings if k.startswith("VLLM_KIMI_EAGLE") or
                k == "VLLM_PLUGINS"]
@@ -49,6 +54,8 @@ def record(kind: str, command: list[str], env: dict | None, seconds: float, **ex
     if not path:
         return
     label, identity = describe(command, env)
+    if (env or os.environ).get(SHARED) == "1":
+        extra["shared"] = True
     line = json.dumps({
         "kind": kind, "label": label, "identity": identity, "seconds": round(seconds, 1),
         "test": os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0],
@@ -112,13 +119,20 @@ def account(starts: list[dict], longest: int = 10) -> list[str]:
 
 
 def restarted(starts: list[dict]) -> list[tuple[dict, int, list[str]]]:
-    """Each configuration one worker started more than once: its first start, how many
-    times, and the tests that started it."""
+    """Each configuration one worker started more than once where that start could have
+    been saved: twice by one test, or one the suite shares (SHARED). Its first start, how
+    many times, and the tests that started it. (Two tests that each run a tool which starts
+    the same server prove each tool's own start.)"""
     from collections import defaultdict
 
     by_config: dict[tuple, list[dict]] = defaultdict(list)
     for s in starts:
         if not s.get("lost_port"):  # started again at once on another port
             by_config[(s.get("worker", ""), s["identity"])].append(s)
-    return [(found[0], len(found), sorted({s["test"] or "-" for s in found}))
-            for found in by_config.values() if len(found) > 1]
+    found = []
+    for again in by_config.values():
+        tests = [s["test"] or "-" for s in again]
+        if len(again) > 1 and (len(set(tests)) < len(tests)
+                               or any(s.get("shared") for s in again)):
+            found.append((again[0], len(again), sorted(set(tests))))
+    return found
