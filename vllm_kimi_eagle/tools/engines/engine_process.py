@@ -3,8 +3,11 @@ result line, keep its log, and stop its whole process group on a timeout.
 
 A fresh process gives each engine a fresh vLLM (the plugin's registrations, environment
 variables and the GPU are the engine's alone) and keeps a crash or a hang from taking the
-caller down. The child prints its result as one line starting with ``RESULT_PREFIX``; its
-output (vLLM logs to stdout) goes to a log file, whose tail comes with every error.
+caller down; where ``VLLM_KIMI_EAGLE_PRELOADED`` names a preloaded vLLM process (the test
+suite's), that process is a fork of it (``preloaded.start``). The child prints its result
+as one line starting with ``RESULT_PREFIX``; its output (vLLM logs to stdout) goes to a log
+file, whose tail comes with every error. Each start's line in the account
+(``start_log``) gives its phases until the child said it was ready (``announce_ready``).
 
     result = run([sys.executable, "-m", "some.module", json.dumps(spec)], log, env, 600)
 

