@@ -126,9 +126,9 @@ def test_a_run_without_starts_says_so_in_one_line():
 def test_a_start_the_suite_shares_is_marked_and_the_suites_own_variables_are_no_identity(
         tmp_path, monkeypatch):
     monkeypatch.setenv(start_log.ENV, str(tmp_path / "starts.jsonl"))
-    start_log.record("engine", ["run.py"], {start_log.SHARED: "1",
+    start_log.record("engine", ["run.py"], {"VLLM_A": "1", start_log.SHARED: "1",
                                            "VLLM_KIMI_EAGLE_TEST_ORDER": "reverse:0"}, 1.0)
-    start_log.record("engine", ["run.py"], {}, 1.0)
+    start_log.record("engine", ["run.py"], {"VLLM_A": "1"}, 1.0)
     shared, alone = start_log.read(str(tmp_path / "starts.jsonl"))
     assert shared["shared"] is True and "shared" not in alone
     assert shared["identity"] == alone["identity"] and shared["label"] == alone["label"]
