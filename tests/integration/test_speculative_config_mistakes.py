@@ -53,7 +53,8 @@ EXPECTED = {
     "schedule not from 1": ["num_speculative_tokens_per_batch_size=[[2, 8, 3]]",
                             "must start at 1", "bench-e2e --schedule"],
     "schedule overlaps": ["num_speculative_tokens_per_batch_size", "non-overlapping"],
-    "target as draft": ["does not match its config.json", "model.safetensors"],
+    "target as draft": ["field 'num_hidden_layers' is 6", "a target's: check the "
+                        "speculative config's model"],
 }
 
 

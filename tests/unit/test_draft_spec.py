@@ -60,7 +60,7 @@ def test_eagle_config_norm_flags_drop_their_norm(flag, tensor):
 
 
 @pytest.mark.parametrize("change, words", [
-    ({"eagle_config": {"use_mtp_layernorm": True}}, "eagle_config.use_mtp_layernorm is True"),
+    ({"eagle_config": {"use_mtp_layernorm": True}}, "'eagle_config.use_mtp_layernorm' is true"),
     ({"hidden_act": "situ"}, "hidden_act is 'situ'"),
 ])
 def test_fields_the_plugin_does_not_implement_are_refused_by_name(change, words):

@@ -52,6 +52,9 @@ IN_TREE_GAPS: tuple[tuple[str, Callable[[Needs], bool], str], ...] = (
      "it reads fc_norm only, so it would not apply the fc norms this draft was trained with"),
     ("the rope type", lambda n: n.config.rope.kind not in MLA_ROPE_TYPES,
      "its MLA attention serves every rope type but default and yarn as DeepSeek YaRN"),
+    ("num_hidden_layers", lambda n: n.config.num_hidden_layers is None,
+     "absent or null, transformers makes it 61, and vLLM's class builds that many layers, "
+     "loading one and leaving the rest uninitialised; write num_hidden_layers: 1"),
     ("tensor names", lambda n: any(name.startswith("model.") for name in n.tensor_names),
      "its loader puts 'model.' before every name again and cannot load a checkpoint "
      "written under 'model.'"),
@@ -59,7 +62,8 @@ IN_TREE_GAPS: tuple[tuple[str, Callable[[Needs], bool], str], ...] = (
 
 
 def in_tree_gaps(needs: Needs) -> list[str]:
-    """What vLLM's in-tree class would get wrong with this draft, one line per field."""
+    """What vLLM's in-tree class would get wrong with this draft, one line per field: the
+    rows above, then the fields no draft class serves as trained (draft_fields)."""
     found = []
     for field, has, what in IN_TREE_GAPS:
         if has(needs):
@@ -67,7 +71,7 @@ def in_tree_gaps(needs: Needs) -> list[str]:
             if field == NOPE_KEY:
                 where = f"{NOPE_KEY} ({needs.positions.reason})"
             found.append(f"{where}: {what}")
-    return found
+    return found + list(needs.config.field_refusals)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,9 @@ from pydantic import (
     model_validator,
 )
 
+from vllm_kimi_eagle.draft import draft_fields
 from vllm_kimi_eagle.draft.architectures import TOOL_DRAFT_ARCHITECTURES
+from vllm_kimi_eagle.draft.draft_fields import ROPE_BLOCKS
 
 IDS_KEY = "eagle_aux_hidden_state_layer_ids"
 CONVENTION_KEY = "eagle_aux_hidden_state_layer_ids_convention"
@@ -47,8 +49,6 @@ ROPE_TYPES = ("default", "linear", "dynamic", "ntk", "yarn", "deepseek_yarn", "l
               "longrope")
 # Rope types whose scaling needs a factor.
 FACTOR_ROPE_TYPES = ("linear", "dynamic", "ntk", "yarn", "deepseek_yarn", "llama3")
-# The two blocks a config.json may write its rope in, in the order transformers picks them.
-ROPE_BLOCKS = ("rope_scaling", "rope_parameters")
 # transformers' rope base where a config writes none, and the types whose
 # original_max_position_embeddings it fills from max_position_embeddings.
 DEFAULT_ROPE_THETA = 10000.0
@@ -307,6 +307,9 @@ class DraftConfig(_LayerIds):
     torchspec_marker: bool = False  # set from the raw keys, not read from the file
     # The rope blocks written as non-empty objects (set from the raw keys).
     rope_blocks: Annotated[tuple[str, ...], Field(strict=False)] = ()  # a JSON list when rebuilt
+    # The fields neither draft class serves as trained, one line each (draft_fields; set
+    # from the raw keys).
+    field_refusals: Annotated[tuple[str, ...], Field(strict=False)] = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -375,7 +378,8 @@ def _rebuilt(info: ValidationInfo) -> bool:
 
 def _draft_markers(raw):
     """config.json as written, with what the record sets from its raw keys: the TorchSpec
-    fingerprint, the rope blocks written, and the quantization config vLLM would read."""
+    fingerprint, the rope blocks written, the quantization config vLLM would read, and
+    the fields no draft class serves as trained (draft_fields.refusals)."""
     if isinstance(raw, Mapping):
         quantization_from = next((k for k in QUANTIZATION_KEYS if raw.get(k) is not None),
                                  QUANTIZATION_KEYS[0])
@@ -383,7 +387,8 @@ def _draft_markers(raw):
                    rope_blocks=tuple(k for k in ROPE_BLOCKS
                                      if isinstance(raw.get(k), Mapping) and raw[k]),
                    quantization_config=raw.get(quantization_from),
-                   quantization_from=quantization_from)
+                   quantization_from=quantization_from,
+                   field_refusals=draft_fields.refusals(raw))
     return raw
 
 

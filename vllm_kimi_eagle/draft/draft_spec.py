@@ -6,7 +6,7 @@ checks and ``vllm-kimi-eagle inspect`` all read a draft through :func:`spec_from
 over the record ``draft_config.parse_draft_config`` made, so they agree on what the
 draft's tensors and forward pass must be. The record has checked every field's type and
 range; this module decides what the fields mean together, and refuses what the plugin's
-class does not implement (``REFUSED_FIELDS``, an activation other than silu).
+class does not implement (``draft_fields.refusals``, an activation other than silu).
 
 MLA drafts (``attention == "mla"``) are the plugin's; Llama-architecture EAGLE3 drafts
 (``"gqa"``, ``LlamaForCausalLMEagle3``) are read too, for the reference that trains the
@@ -81,11 +81,6 @@ class DraftSpec:
 
 # Config fields that change the forward pass in a way the plugin does not implement:
 # (where, the record's value, why).
-REFUSED_FIELDS = (
-    ("eagle_config.use_mtp_layernorm", lambda c: c.nested.use_mtp_layernorm,
-     "EAGLE-1/MTP norms of the embedding and hidden state before fc; an EAGLE3 draft with "
-     "captured target states has none (Model-Optimizer does not build them for EAGLE3)"),
-)
 ACTIVATIONS = ("silu",)
 # Rope types vLLM's MLA attention builds as written: it turns every other type into
 # DeepSeek YaRN (deepseek_v2.py DeepseekV2MLAAttention, 0.28-0.33).
@@ -125,12 +120,8 @@ def spec_from_config(config: DraftConfig, served_nope: bool | None = None) -> Dr
             f"{architecture!r} is not an EAGLE3 draft architecture the plugin knows (MLA: "
             f"{', '.join(MLA_ARCHITECTURES)}; Llama: {', '.join(LLAMA_ARCHITECTURES)}). "
             "Use the architecture its training tool wrote.")
-    for where, value_of, why in REFUSED_FIELDS:
-        value = value_of(config)
-        if value:
-            raise DraftConfigError(
-                f"{source}: {where} is {value!r}: {why}. The plugin serves no such draft; "
-                "remove the field if the draft was not trained with it.")
+    if config.field_refusals:
+        raise DraftConfigError(f"{source}: " + "; ".join(config.field_refusals) + ".")
     activation = config.hidden_act or "silu"
     if activation not in ACTIVATIONS:
         raise DraftConfigError(
