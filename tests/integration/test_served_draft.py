@@ -85,3 +85,36 @@ def test_a_draft_handed_to_vllms_class_gets_the_rope_base_asked_for(tmp_path):
     plain = run_python(HANDED_OFF.format(target=target, draft=draft))
     assert plain["architectures"] == [IN_TREE_ALIAS]
     assert plain["rope_parameters"]["rope_theta"] == 50000.0, plain
+
+
+REFUSED = """
+import json
+from vllm.engine.arg_utils import EngineArgs
+try:
+    EngineArgs(model={target!r}, max_model_len=512, speculative_config={{
+        "method": "eagle3", "model": {draft!r}, "num_speculative_tokens": 3}}
+        ).create_engine_config()
+    print(json.dumps({{"refused": None}}))
+except Exception as err:
+    print(json.dumps({{"refused": f"{{type(err).__name__}}: {{err}}"}}))
+"""
+
+
+def test_a_windowed_draft_is_refused_and_the_upstream_route_says_so(tmp_path):
+    """A sliding window (draft_fields): refused at start-up, naming the field, where the
+    plugin's class would serve the draft; with VLLM_KIMI_EAGLE_DRAFT=upstream vLLM's class
+    serves it as asked, and start-up says what it serves otherwise than config.json, with
+    the rope base asked for applied on that route too."""
+    target, draft = write_config_only_models(str(tmp_path), draft_overrides={
+        "sliding_window": 16, "use_sliding_window": True})
+    refused = run_python(REFUSED.format(target=target, draft=draft))["refused"]
+    assert refused and "DraftRefusedError" in refused and \
+        "field 'sliding_window' is 16: " in refused, refused
+    upstream = run_python(HANDED_OFF.format(target=target, draft=draft),
+                          env={"VLLM_KIMI_EAGLE_DRAFT": "upstream",
+                               "VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA": "10000"})
+    assert upstream["rope_parameters"]["rope_theta"] == 10000.0, upstream
+    assert "the draft's rope base is 10000.0 from VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA" \
+        in upstream["_log"]
+    assert "serves it otherwise than its config.json says" in upstream["_log"] and \
+        "field 'sliding_window' is 16" in upstream["_log"]

@@ -85,6 +85,12 @@ def check_in_tree(draft_model_config, problems: tuple[str, ...]) -> None:
     asked = asked_class(os.environ, verdict_act=True)
     choose_class(asked, Needs(config, decide_positions(config), names), quantization,
                  problems).refuse()
+    if served is None:  # where the hook ran, it applied the rope base asked for
+        from vllm_kimi_eagle.draft import rope_override
+
+        rope_override.serve_rope_theta(draft_model_config.hf_config,
+                                       rope_override.served_rope_theta(config),
+                                       config.config_rope_theta, logger)
 
 
 def __getattr__(name: str):

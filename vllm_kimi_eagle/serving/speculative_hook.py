@@ -83,6 +83,10 @@ def announce(draft: DraftAtHand, report: DraftReport) -> None:
     if rope.original_max_filled:
         logger.info("vllm-kimi-eagle: the draft's rope is served as %s.", rope.words())
     positions = report.positions
+    if not report.choice.ours and report.notes:
+        logger.warning("vllm-kimi-eagle: vLLM's in-tree class serves the draft %s (%s), and "
+                       "serves it otherwise than its config.json says: %s", draft.model,
+                       report.choice.why, " ".join(report.notes))
     if not report.choice.ours and positions.written:
         logger.warning("vllm-kimi-eagle: the draft config sets %s, which vLLM's in-tree "
                        "draft class ignores: it rotates the rope dims.", NOPE_KEY)
@@ -152,8 +156,6 @@ def hand_to_vllm(spec_config, draft: DraftAtHand, report: DraftReport) -> None:
     """Give the draft the architecture name registered to vLLM's class (the worker builds
     the class its hf_config names), and say so in one line."""
     report.choice.refuse()
-    rope_override.serve_rope_theta(draft.hf_config, report.rope_theta,
-                                   report.config.config_rope_theta, logger)
     draft.hf_config.architectures = [IN_TREE_ALIAS]
     if not vllm_compat.refresh_draft_architecture(spec_config):
         logger.info("vllm-kimi-eagle: this vLLM has no SpeculativeConfig.update_arch_: the "
@@ -176,6 +178,9 @@ def apply_plan(spec_config, draft: DraftAtHand, plan: Plan) -> None:
     check_schedule(spec_config)
     if draft.asked_ours and not report.choice.ours:
         hand_to_vllm(spec_config, draft, report)
+    if not report.choice.ours:  # the plugin's class applies it where it serves
+        rope_override.serve_rope_theta(draft.hf_config, report.rope_theta,
+                                       report.config.config_rope_theta, logger)
     if report.choice.ours:
         check_release(report)
         check_checkpoint(draft, report, plan.headers)
