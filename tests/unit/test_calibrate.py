@@ -188,6 +188,22 @@ def test_too_few_prompts_never_decide():
     assert decision["status"] == "undecided" and "no verdict from 4 requests" in decision["why"]
 
 
+def test_undecided_says_whether_more_prompts_could_decide():
+    """More prompts are asked for only where they could decide: readings equal on every
+    prompt (a rope base on a NoPE draft) or cancelling out stop the rounds, saying so."""
+    same = decide(_rows([2.5, 2.5]), 0, {0: [2.5, 2.4] * 6, 1: [2.5, 2.4] * 6})
+    assert same["status"] == "undecided" and same["final"] is True
+    assert "no number of prompts would decide it" in same["why"]
+    assert "--max-prompts" not in same["why"]
+    cancel = decide(_rows([2.5, 2.5]), 0, {0: [2.6, 2.4] * 6, 1: [2.4, 2.6] * 6})
+    assert cancel["final"] is True and "cancel out" in cancel["why"]
+    noisy = decide(_rows([2.52, 2.5]), 0,
+                   {0: [2.6, 2.45, 2.5] * 4, 1: [2.5, 2.5, 2.5] * 4})
+    assert noisy["status"] == "undecided" and noisy["final"] is False
+    needed = noisy["difference"]["pairs_needed"]
+    assert needed > 12 and f"About {needed} prompts (--max-prompts" in noisy["why"]
+
+
 def test_looking_after_every_round_is_paid_for():
     from vllm_kimi_eagle.tools.calibrate.cli import round_sizes
     from vllm_kimi_eagle.tools.calibrate.decision import per_look

@@ -157,8 +157,8 @@ def measure(readings, current, pool, store, models, args, budget) -> tuple:
                     if difference and difference["low"] is not None else "")
         say(f"round {len(rounds)}: {size} prompts, {decision['status']}{interval} "
             f"({rounds[-1]['seconds']} s)")
-        if decision["status"] != decisions.UNDECIDED:
-            break
+        if decision["status"] != decisions.UNDECIDED or decision.get("final"):
+            break  # decided, or no number of prompts would decide it
         following = next((n for n in sizes if n > size), None)
         if following is None:
             decision["why"] += f" (every one of the {size} prompts measured)"

@@ -87,10 +87,34 @@ def decide(rows: list[dict], current: int | None, per_prompt: dict[int, list],
         why = ("today's reading is the best measured: " if status == KEEP else "") + line
         return {"status": status, "row": lead, "beats_current": status == CHANGE,
                 "difference": difference, "why": why}
+    more = more_prompts(difference)
     return {"status": UNDECIDED, "row": current, "beats_current": False,
-            "difference": difference,
-            "why": f"{line}; today's reading stays. More prompts (--max-prompts, "
-                   "--time-budget) would decide it"}
+            "difference": difference, "final": more is None,
+            "why": f"{line}; today's reading stays. " + (
+                f"About {more} prompts (--max-prompts, --time-budget) would decide it"
+                if more is not None else cannot_decide_words(difference))}
+
+
+def more_prompts(difference: dict) -> int | None:
+    """The prompts that would decide an undecided comparison, or None where no number
+    would: the two readings equal on every prompt, or their differences cancelling out
+    (or needing more than paired.MAX_NEEDED prompts)."""
+    if difference["status"] == paired.SAME:
+        return None
+    if difference["status"] == paired.TOO_FEW:
+        return max(difference["pairs_needed"] or 0, difference["min_pairs"])
+    return difference["pairs_needed"]
+
+
+def cannot_decide_words(difference: dict) -> str:
+    if difference["status"] == paired.SAME:
+        return ("The two readings score the same on every prompt: this draft does not "
+                "depend on what sets them apart, and no number of prompts would decide it")
+    if difference["mean"] == 0:
+        return ("Their per-prompt differences cancel out (mean 0): more prompts would not "
+                "decide it")
+    return (f"Their difference ({paired.figure(difference['mean'])} per prompt) is too "
+            f"small for any number of prompts up to {paired.MAX_NEEDED} to decide it")
 
 
 def online_difference(ours: dict, theirs: dict) -> dict | None:
