@@ -173,3 +173,36 @@ def test_a_wrong_explicit_convention_is_caught_confirmed_and_written(tiny, captu
           f"{result['acceptance_by_position']}; calibrate confirmed {rec['online']}")
     assert result["acceptance_length"] == pytest.approx(rec["online"]["acceptance_length"],
                                                         abs=1e-4)
+
+
+def _nope_written(folder: str) -> tuple:
+    config = json.loads(open(os.path.join(folder, "config.json")).read())
+    return config.get("mla_use_nope"), config.get("mla_use_nope_measured")
+
+
+@pytest.mark.parametrize("name", ["draft-k3-nope", "draft-k3-eagle3.1"])
+def test_calibrate_settles_a_k3_drafts_ambiguous_nope(tiny, capture, calibration_prompts,
+                                                       name, capsys, tmp_path):
+    """The K3 drafts as exported without a TorchSpec marker: inspect's AMBIGUOUS (NoPE
+    today, as trained). calibrate measures RoPE beside it, keeps NoPE, decided, and its
+    --write copy says so (read as NoPE, no longer ambiguous); served by vLLM, the copy
+    beats the same draft read with RoPE."""
+    written = str(tmp_path / "calibrated")
+    code, report = calibrate(tiny, capture, os.path.join(tiny, name), "--no-confirm",
+                             "--write", written, capsys=capsys)
+    rec = report["recommended"]
+    print(f"{name}: " + ", ".join(f"{r['reading']} {r['per_prompt_mean']}"
+                                  for r in report["candidates"]))
+    assert any(r["nope"] is False for r in report["candidates"]), report["candidates"]
+    assert rec["nope"] is True and rec["capture_ids"] == [2, 3, 5]
+    assert rec["status"] == "keep" and code == 0, rec["why"]
+    assert _nope_written(written) == (True, True)
+    rope = _retyped(tiny, tmp_path, name, "read-with-rope",
+                    lambda config: config.update(mla_use_nope=False))
+    prompts = [p["messages"][0]["content"] for p in calibration_prompts]
+    as_trained, as_rope = (served(engine(tiny, folder, prompts=prompts))
+                           for folder in (written, rope))
+    assert as_trained["drafts"] > 0 and as_rope["drafts"] > 0
+    print(f"served: NoPE {as_trained['acceptance_length']}, RoPE {as_rope['acceptance_length']}")
+    assert as_trained["acceptance_length"] > as_rope["acceptance_length"]
+

@@ -78,6 +78,42 @@ def test_the_setting_names_the_convention_or_the_layers_and_the_rope_base():
     assert candidates.setting(rope, config)["config.json"]["rope_theta"] == 10000.0
 
 
+def test_a_draft_that_sets_mla_use_nope_is_measured_both_ways():
+    """inspect's AMBIGUOUS (mla_use_nope without a TorchSpec marker: NoPE today) and a
+    TorchSpec export (RoPE today) each get the other reading as a twin of every layer
+    reading; a draft that does not set the field gets none."""
+    from vllm_kimi_eagle.draft.draft_positions import MEASURED_KEY, NOPE_ENV, NOPE_KEY
+
+    assert [r.nope for r in candidates.readings(nested([2, 3, 5]), 6, True)] == [None, None]
+    ambiguous = nested([2, 3, 5], mla_use_nope=True)
+    got = candidates.readings(ambiguous, 6, True)
+    assert [(list(r.capture_ids), r.nope) for r in got] == [
+        ([2, 3, 5], None), ([2, 3, 5], False), ([3, 4, 6], None), ([3, 4, 6], False)]
+    assert got[1].name == "[2, 3, 5], RoPE"
+    assert [candidates.served_nope(r, ambiguous) for r in got] == [True, False, True, False]
+    torchspec = nested([2, 3, 5], mla_use_nope=True, _torchspec_version="0.1")
+    assert [r.nope for r in candidates.readings(torchspec, 6, True)][:2] == [None, True]
+    # The twin's copy says its reading in config.json, over the tool's fingerprint.
+    twin = candidates.setting(got[1], ambiguous)
+    assert {k: twin["config.json"][k] for k in (NOPE_KEY, MEASURED_KEY)} == {
+        NOPE_KEY: False, MEASURED_KEY: True} and twin["environment"][NOPE_ENV] == "off"
+    # Today's reading: said only where a verdict measured it.
+    assert NOPE_KEY not in candidates.setting(got[0], ambiguous)["config.json"]
+    kept = candidates.setting(got[0], ambiguous, measured=True)["config.json"]
+    assert (kept[NOPE_KEY], kept[MEASURED_KEY]) == (True, True)
+
+
+def test_a_measured_reading_is_read_as_written_and_not_ambiguous():
+    from tests.records import decide_positions
+
+    twin = decide_positions(nested([2, 3, 5], mla_use_nope=True, _torchspec_version="0.1",
+                                   mla_use_nope_measured=True), {})
+    assert twin.nope is True and not twin.ambiguous and "measured" in twin.reason
+    rope = decide_positions(nested([2, 3, 5], mla_use_nope=False,
+                                   mla_use_nope_measured=True), {})
+    assert rope.nope is False and not rope.ambiguous
+
+
 def test_a_target_without_mla_is_refused_with_its_file():
     with pytest.raises(CalibrationError, match="t/config.json: model_type 'llama'"):
         candidates.check_target({"model_type": "llama", "num_hidden_layers": 4}, "t")

@@ -90,7 +90,7 @@ def test_a_refused_field_is_refused_by_either_class_naming_it(rule):
 
 @pytest.mark.parametrize("rule", _rows(HONOURED))
 def test_an_honoured_field_changes_what_is_served(rule):
-    assert _served(_patched(rule.example)) != _served(_base()), rule.example
+    assert _served(_patched(rule.example)) != _served(_patched(rule.against)), rule.example
 
 
 @pytest.mark.parametrize("rule", _rows(NO_EFFECT))

@@ -293,6 +293,7 @@ class DraftConfig(_LayerIds):
     rope_scaling: RopeScaling | None = None
     rope_parameters: RopeScaling | None = None
     mla_use_nope: bool | None = None
+    mla_use_nope_measured: bool | None = None  # calibrate --write: mla_use_nope was measured
     mla_use_output_gate: bool | None = None
     # EAGLE3 / EAGLE3.1 options
     fc_norm: bool | None = None

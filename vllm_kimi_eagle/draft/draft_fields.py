@@ -38,6 +38,9 @@ class FieldRule:
     example: Mapping[str, Any] = field(default_factory=dict)
     # The config.json keys the row covers, where ``field`` is not one key.
     keys: tuple[str, ...] = ()
+    # What the example is compared with: the base config with this patch (a field that
+    # acts only beside another).
+    against: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def config_keys(self) -> tuple[str, ...]:
@@ -193,6 +196,11 @@ FIELDS: tuple[FieldRule, ...] = (
     # ---- positions and rope
     FieldRule("mla_use_nope", HONOURED, "whether the rope dims are rotated (draft_positions; "
               "the plugin's class only)", example={"mla_use_nope": True}),
+    FieldRule("mla_use_nope_measured", HONOURED, "true: mla_use_nope is read as written, "
+              "over a training tool's fingerprint (calibrate --write writes both)",
+              example={"mla_use_nope": True, "_torchspec_version": "0.1",
+                       "mla_use_nope_measured": True},
+              against={"mla_use_nope": True, "_torchspec_version": "0.1"}),
     FieldRule("rope_theta", HONOURED, "the rope base, unless VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA "
               "names another (rope_override); two different bases are refused",
               example={"rope_theta": 10000.0}),

@@ -9,13 +9,16 @@ yarn's mscale; torchspec/models/draft/deepseek_eagle.py), so a TorchSpec export 
 carries the field was trained with RoPE. The decision, as data and one pure function:
 
 1. ``VLLM_KIMI_EAGLE_DRAFT_NOPE`` (on/off), over everything;
-2. no ``mla_use_nope`` (or false): RoPE, as every Kimi-K2 draft;
-3. written by TorchSpec (``_torchspec_version``): RoPE, as it trained;
-4. otherwise NoPE, as written; said AMBIGUOUS, because the shipped K3 drafts' configs are
+2. ``mla_use_nope_measured: true`` (``calibrate --write`` writes it with the reading it
+   measured): ``mla_use_nope`` as written, whoever wrote the file;
+3. no ``mla_use_nope`` (or false): RoPE, as every Kimi-K2 draft;
+4. written by TorchSpec (``_torchspec_version``): RoPE, as it trained;
+5. otherwise NoPE, as written; said AMBIGUOUS, because the shipped K3 drafts' configs are
    not public and a TorchSpec draft whose export dropped its marker reads the same.
 
 The speculative hook hands the decision to the draft class with the others
-(``served_draft.py``) and logs it; ``inspect`` prints it; ``vllm-kimi-eagle eval`` can measure both readings.
+(``served_draft.py``) and logs it; ``inspect`` prints it; ``vllm-kimi-eagle calibrate``
+measures both readings and writes the one the draft was trained on.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from vllm_kimi_eagle.draft.draft_config import (
 )
 
 NOPE_KEY = "mla_use_nope"
+MEASURED_KEY = "mla_use_nope_measured"
 NOPE_ENV = settings.DRAFT_NOPE.name
 # Tools known to write mla_use_nope without training by it (draft_config's
 # TOOL_FINGERPRINTS), with where that was read.
@@ -55,7 +59,7 @@ class PositionDecision:
         if self.ambiguous:
             line += (f". AMBIGUOUS: a draft trained by TorchSpec carries {NOPE_KEY} but was "
                      f"trained with RoPE; if yours was, set {NOPE_ENV}=off (measure both "
-                     f"readings with `vllm-kimi-eagle eval`, {NOPE_ENV}=on and off)")
+                     f"readings with `vllm-kimi-eagle calibrate`, which writes the one measured)")
         return line
 
 
@@ -65,6 +69,10 @@ def decide_positions(draft_config: DraftConfig, environ=os.environ) -> PositionD
     if asked is not None:
         return PositionDecision(asked, written, f"set by {NOPE_ENV}; config.json "
                                 f"{NOPE_KEY} is {str(written).lower()}")
+    if draft_config.mla_use_nope_measured:
+        return PositionDecision(written, written, f"config.json sets {NOPE_KEY} "
+                                f"{str(written).lower()}, measured ({MEASURED_KEY}: true, "
+                                "as `vllm-kimi-eagle calibrate --write` writes it)")
     if not written:
         return PositionDecision(False, False, f"config.json does not set {NOPE_KEY}")
     for tool, source in IGNORING_TOOLS:

@@ -1,5 +1,6 @@
 """The readings ``calibrate`` measures: every plausible meaning of a draft's layer ids
-(and each rope base asked for), as data. Pure."""
+(and each rope base asked for), and for a draft whose config.json sets mla_use_nope both
+ways of reading its rope dims (NoPE, RoPE), as data. Pure."""
 
 from __future__ import annotations
 
@@ -7,6 +8,12 @@ from dataclasses import dataclass
 
 from vllm_kimi_eagle.draft import layer_ids
 from vllm_kimi_eagle.draft.draft_config import DraftConfig, as_record
+from vllm_kimi_eagle.draft.draft_positions import (
+    MEASURED_KEY,
+    NOPE_ENV,
+    NOPE_KEY,
+    decide_positions,
+)
 from vllm_kimi_eagle.draft.layer_ids import CONVENTION_ENV, CONVENTION_KEY
 from vllm_kimi_eagle.draft.rope_override import ROPE_THETA_ENV
 from vllm_kimi_eagle.tools.models.config_access import text_config_value
@@ -21,18 +28,28 @@ class CalibrationError(ValueError):
 
 @dataclass(frozen=True)
 class Reading:
-    """One candidate: the target layers vLLM would capture, and the draft's rope base."""
+    """One candidate: the target layers vLLM would capture, the draft's rope base, and
+    whether its rope dims are rotated."""
 
     capture_ids: tuple[int, ...]
     rope_theta: float | None
     labels: tuple[str, ...]  # how the written ids give these layers, e.g. "eagle_config +1"
     source: str  # the config key of the ids this reading reads (first label's)
     convention: str  # layer_ids.INPUT_OF, OUTPUT_OF, or "vllm-default"
+    nope: bool | None = None  # None: as the plugin reads the draft today; else NoPE or not
 
     @property
     def name(self) -> str:
         rope = "" if self.rope_theta is None else f", rope {self.rope_theta:g}"
-        return f"{list(self.capture_ids)}{rope}"
+        positions = "" if self.nope is None else (", NoPE" if self.nope else ", RoPE")
+        return f"{list(self.capture_ids)}{rope}{positions}"
+
+
+def served_nope(reading: Reading, draft_config: DraftConfig) -> bool:
+    """Whether ``reading`` leaves the rope dims unrotated: its own, else today's decision."""
+    if reading.nope is not None:
+        return reading.nope
+    return decide_positions(as_record(draft_config), {}).nope
 
 
 def highest_capture_id(num_layers: int, can_capture_after_last: bool) -> int:
@@ -44,7 +61,9 @@ def readings(draft_config: DraftConfig, num_layers: int, can_capture_after_last:
     """Every reading worth measuring: each written list as written (input of layer N) and
     plus one (output of layer N), within the target's capturable layers, times the
     config's rope base and each of ``rope_thetas``; vLLM's default ids when the draft
-    names none. Readings that capture the same layers are one candidate."""
+    names none. Readings that capture the same layers are one candidate. Where config.json
+    sets mla_use_nope (inspect's AMBIGUOUS, or a tool known to ignore the field), each
+    reading is measured again with the rope dims read the other way."""
     draft_config = as_record(draft_config)
     highest = highest_capture_id(num_layers, can_capture_after_last)
     found: dict[tuple[int, ...], tuple[list[str], str, str]] = {}
@@ -62,8 +81,11 @@ def readings(draft_config: DraftConfig, num_layers: int, can_capture_after_last:
             labels.append(label)
     config_theta = draft_config.config_rope_theta
     thetas = [None] + [t for t in dict.fromkeys(rope_thetas) if t != config_theta]
-    return [Reading(capture, theta, tuple(labels), source, convention)
-            for capture, (labels, source, convention) in found.items() for theta in thetas]
+    positions = [None] + ([not decide_positions(draft_config, {}).nope]
+                          if draft_config.mla_use_nope else [])
+    return [Reading(capture, theta, tuple(labels), source, convention, nope)
+            for capture, (labels, source, convention) in found.items() for theta in thetas
+            for nope in positions]
 
 
 def current_reading(draft_config: DraftConfig, num_layers: int, can_capture_after_last: bool,
@@ -82,11 +104,14 @@ def current_reading(draft_config: DraftConfig, num_layers: int, can_capture_afte
     return tuple(decision.capture_ids), decision.log_line()
 
 
-def setting(reading: Reading, draft_config: DraftConfig, layer_prefix: str | None = None) -> dict:
+def setting(reading: Reading, draft_config: DraftConfig, layer_prefix: str | None = None,
+            measured: bool = False) -> dict:
     """What to apply so that the plugin serves ``reading``: config.json fields, and the
     environment variables that do the same. A convention that contradicts the training
     tool that wrote the ids cannot go in config.json (the plugin refuses the pair): the
-    environment variable, which decides over both, is the one way."""
+    environment variable, which decides over both, is the one way. The rope dims' reading
+    goes in with MEASURED_KEY where it is not today's, or where ``measured`` (a verdict
+    decided it) and config.json sets mla_use_nope."""
     draft_config = as_record(draft_config)
     config, env = {}, {}
     if reading.convention in layer_ids.CONVENTIONS:
@@ -96,6 +121,12 @@ def setting(reading: Reading, draft_config: DraftConfig, layer_prefix: str | Non
     if reading.rope_theta is not None:
         config["rope_theta"] = reading.rope_theta
         env[ROPE_THETA_ENV] = f"{reading.rope_theta:g}"
+    nope = reading.nope
+    if nope is None and measured and draft_config.mla_use_nope:
+        nope = decide_positions(draft_config, {}).nope
+    if nope is not None:
+        config[NOPE_KEY], config[MEASURED_KEY] = nope, True
+        env[NOPE_ENV] = "on" if nope else "off"
     return {"config.json": config, "environment": env}
 
 

@@ -93,18 +93,20 @@ def score_readings(readings: list[Reading], models: dict, capture, k: int):
     positions per prompt (the same for every reading)."""
     matched, positions = {}, None
     for i, reading in enumerate(readings):
-        model, d2t = models[reading.rope_theta]
+        model, d2t = models[reading.rope_theta, reading.nope]
         matched[i], positions = scoring.score(model, d2t, capture, reading.capture_ids, k)
     return matched, positions
 
 
-def load_models(readings: list[Reading], draft: str, target: str, device: str | None) -> dict:
-    """The reference draft per rope base asked for."""
+def load_models(readings: list[Reading], draft: str, target: str, device: str | None,
+                draft_config: DraftConfig) -> dict:
+    """The reference draft per rope base and rope dims' reading asked for."""
     import torch
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return {theta: scoring.load_draft(draft, target, theta, device)
-            for theta in dict.fromkeys(r.rope_theta for r in readings)}
+    kinds = {(r.rope_theta, r.nope): candidates.served_nope(r, draft_config) for r in readings}
+    return {(theta, nope): scoring.load_draft(draft, target, theta, device, served)
+            for (theta, nope), served in kinds.items()}
 
 
 def rows_of(readings: list[Reading], matched: dict, positions) -> list[dict]:
@@ -112,7 +114,8 @@ def rows_of(readings: list[Reading], matched: dict, positions) -> list[dict]:
     for i, reading in enumerate(readings):
         length, by_position = scoring.acceptance(matched[i], positions)
         rows.append({"reading": reading.name, "capture_ids": list(reading.capture_ids),
-                     "rope_theta": reading.rope_theta, "labels": list(reading.labels),
+                     "rope_theta": reading.rope_theta, "nope": reading.nope,
+                     "labels": list(reading.labels),
                      "acceptance_length": round(length, 4),
                      "per_position": [round(p, 4) for p in by_position],
                      "drafts": int(positions.sum())})
@@ -255,8 +258,9 @@ def calibrate(args) -> int:
                                "e.g. 1,2,3") from None
     needed = sorted({i for r in readings for i in r.capture_ids} | set(extra))
     current = next((i for i, r in enumerate(readings)
-                    if r.capture_ids == today and r.rope_theta is None), None)
-    models = load_models(readings, draft, target, args.device)
+                    if r.capture_ids == today and r.rope_theta is None and r.nope is None),
+                   None)
+    models = load_models(readings, draft, target, args.device, draft_config)
     with CaptureStore(capture_dir, target, needed, args.max_tokens, engine_args) as store:
         rows, decision, rounds = measure(readings, current, pool, store, models, args,
                                          args.time_budget)
@@ -269,7 +273,8 @@ def calibrate(args) -> int:
                 engine_args, args.k, out)
         decision = decisions.recheck_online(decision, rows, current)
     chosen = decision["row"]
-    setting = candidates.setting(readings[chosen], draft_config, prefix)
+    setting = candidates.setting(readings[chosen], draft_config, prefix,
+                                 measured=decision["status"] != decisions.UNDECIDED)
     if args.write:
         write_copy(draft, draft_raw, setting, args.write)
     report = {
@@ -279,12 +284,15 @@ def calibrate(args) -> int:
                     "engine_start_s": manifest.get("start_s")},
         "rounds": rounds, "confidence_per_round": round(decision["confidence"], 4),
         "candidates": rows,
-        "current": ({"capture_ids": list(today),
+        "current": ({"capture_ids": list(today), "reading": rows[current]["reading"],
                      "acceptance_length": rows[current]["acceptance_length"],
                      "online": rows[current].get("online")} if current is not None
                     else {"capture_ids": None, "refused": today_line}),
         "recommended": {"capture_ids": rows[chosen]["capture_ids"],
-                        "rope_theta": rows[chosen]["rope_theta"], "setting": setting,
+                        "reading": rows[chosen]["reading"],
+                        "rope_theta": rows[chosen]["rope_theta"],
+                        "nope": candidates.served_nope(readings[chosen], draft_config),
+                        "setting": setting,
                         "acceptance_length": rows[chosen]["acceptance_length"],
                         "online": rows[chosen].get("online"), "status": decision["status"],
                         "beats_current": decision["beats_current"],

@@ -16,8 +16,10 @@ def format_table(rows: list[dict], current: int | None, recommended: int) -> str
     table = [header]
     for i, r in enumerate(rows):
         mark = ("*" if i == recommended else " ") + ("=" if i == current else " ")
-        table.append([mark, str(r["capture_ids"]), "config" if r["rope_theta"] is None
-                      else f"{r['rope_theta']:g}", "; ".join(r["labels"]),
+        rope = "config" if r["rope_theta"] is None else f"{r['rope_theta']:g}"
+        if r.get("nope") is not None:
+            rope += ", NoPE" if r["nope"] else ", RoPE"
+        table.append([mark, str(r["capture_ids"]), rope, "; ".join(r["labels"]),
                       "-" if r.get("per_prompt_mean") is None else f"{r['per_prompt_mean']:.3f}",
                       f"{r['acceptance_length']:.3f}",
                       " ".join(f"{p:.2f}" for p in r["per_position"]), str(r["drafts"]),
@@ -37,8 +39,8 @@ def summary(report: dict, args) -> str:
         head = (f"today the plugin refuses this draft ({report['current']['refused']}); "
                 f"the best reading captures {rec['capture_ids']}")
     elif rec["beats_current"]:
-        head = (f"RECOMMENDED: capture {rec['capture_ids']} (acceptance {rec['acceptance_length']}"
-                f" offline) instead of today's {report['current']['capture_ids']} "
+        head = (f"RECOMMENDED: {_reading(rec)} (acceptance {rec['acceptance_length']}"
+                f" offline) instead of today's {_reading(report['current'])} "
                 f"({report['current']['acceptance_length']}): {rec['why']}")
     elif rec["status"] == "undecided":
         head = (f"UNDECIDED: keeping today's reading {rec['capture_ids']} (acceptance "
@@ -51,6 +53,12 @@ def summary(report: dict, args) -> str:
     if args.write:
         lines.append(f"wrote a calibrated copy of the draft to {args.write}")
     return "\n".join(lines)
+
+
+def _reading(side: dict) -> str:
+    """A reading in words: its capture ids, with the rope base and dims where measured."""
+    name = side.get("reading") or str(side["capture_ids"])
+    return f"capture {name}"
 
 
 def write_copy(draft: str, config: dict, setting: dict, folder: str) -> None:

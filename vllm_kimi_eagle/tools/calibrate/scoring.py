@@ -12,6 +12,7 @@ over more positions; ``calibrate`` confirms the winner online.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -78,14 +79,18 @@ def _shared_from_target(target: str, names: set[str]) -> dict:
     return found
 
 
-def load_draft(draft: str, target: str, rope_theta: float | None = None, device: str = "cpu"):
+def load_draft(draft: str, target: str, rope_theta: float | None = None, device: str = "cpu",
+               nope: bool | None = None):
     """The reference draft with the checkpoint's weights (float32, on ``device``), and its
-    d2t (draft id -> target id offsets) or None."""
+    d2t (draft id -> target id offsets) or None; ``nope``: whether its rope dims are left
+    unrotated (None: as config.json says)."""
     from safetensors.torch import load_file
 
     from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
 
-    spec = spec_from_config(read_draft_config(draft))
+    spec = spec_from_config(read_draft_config(draft), served_nope=nope)
+    if nope is not None and spec.attention == "mla":
+        spec = dataclasses.replace(spec, nope=nope)
     rope = _rope_parameters(draft)
     if rope_theta is not None:
         rope["rope_theta"] = rope_theta
