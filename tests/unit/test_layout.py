@@ -82,12 +82,7 @@ def imported_modules(tree: ast.AST, package: str = PACKAGE) -> list[tuple[int, s
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level == 0:
-                base = node.module or ""
-            else:  # relative to the module's package
-                parts = package.split(".")
-                parts = parts[: max(0, len(parts) - (node.level - 1))]
-                base = ".".join(parts + ([node.module] if node.module else []))
+            base = resolved_base(node, package)
             found.append((node.lineno, base))
             # `from vllm_kimi_eagle import tools` imports the subpackage itself.
             found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
@@ -97,6 +92,30 @@ def imported_modules(tree: ast.AST, package: str = PACKAGE) -> list[tuple[int, s
                    or getattr(node.func, "id", None) in ("import_module", "__import__"))):
             found.append((node.lineno, node.args[0].value))
     return found
+
+
+def resolved_base(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` reads from: absolute, or relative to ``package``."""
+    if node.level == 0:
+        return node.module or ""
+    parts = package.split(".")
+    parts = parts[: max(0, len(parts) - (node.level - 1))]
+    return ".".join(parts + ([node.module] if node.module else []))
+
+
+def named_imports(path: str, repo: str = REPO) -> set[str]:
+    """Each name the file at PATH imports as such: ``import A.B`` gives A.B, ``from A
+    import B`` gives A.B (a module, a subpackage or another name of A)."""
+    with open(path) as f:
+        tree = ast.parse(f.read(), filename=path)
+    named = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            named |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = resolved_base(node, package_of(path, repo))
+            named |= {f"{base}.{alias.name}" for alias in node.names}
+    return named
 
 
 def package_of(path: str, repo: str = REPO) -> str:
@@ -212,19 +231,45 @@ def package_modules(repo: str = REPO) -> frozenset[str]:
                      if not p.endswith("__init__.py"))
 
 
+@functools.cache
+def package_folders(repo: str = REPO) -> frozenset[str]:
+    """Every package (folder with an __init__.py) of the package under REPO."""
+    return frozenset(module_name(p, repo) for p in package_files(repo=repo)
+                     if p.endswith("__init__.py"))
+
+
+def group_folders_imported(path: str, repo: str = REPO) -> set[str]:
+    """The subpackages of a group the file at PATH imports as such (``from vllm_kimi_eagle
+    import serving``), which imports_of leaves out with the other packages."""
+    return {name for name in named_imports(path, repo)
+            if name in package_folders(repo) and group_of(name) is not None}
+
+
+def root_imports(path: str, repo: str = REPO) -> set[str]:
+    """What the file at PATH takes from the package root itself (its __init__.py, which
+    sits on top of every group): ``import vllm_kimi_eagle``, or ``from vllm_kimi_eagle
+    import NAME`` where NAME is not one of its modules or subpackages."""
+    known = package_modules(repo) | package_folders(repo)
+    return {name for name in named_imports(path, repo) if name == PACKAGE or (
+        name.rpartition(".")[0] == PACKAGE and name not in known)}
+
+
 def upward_imports(paths: list[str], repo: str = REPO) -> list[str]:
     """``MODULE imports OTHER`` for each import that leaves the module's group for one the
-    group may not import (MAY_IMPORT), or for a module of the package in no group."""
+    group may not import (MAY_IMPORT), for a module of the package in no group, or for
+    the package root itself."""
     problems = []
     for path in paths:
         module = module_name(path, repo)
         group = group_of(module)
         if group is None:
             continue
-        for other in sorted(imports_of(path, repo)):
+        for other in sorted(imports_of(path, repo) | group_folders_imported(path, repo)):
             theirs = group_of(other)
             if theirs != group and theirs not in MAY_IMPORT[group]:
                 problems.append(f"{module} ({group}) imports {other} ({theirs})")
+        problems += [f"{module} ({group}) imports {name} (the package root, on top)"
+                     for name in sorted(root_imports(path, repo))]
     return problems
 
 
@@ -251,11 +296,20 @@ def test_an_import_back_up_is_named(tmp_path):
     (tmp_path / PACKAGE / "fixtures" / "cache.py").write_text("")
     (folder / "record.py").write_text("from ..fixtures import cache\n\n\ndef later():\n"
                                       "    from vllm_kimi_eagle.serving import hook\n")
-    problems = upward_imports([str(folder / "record.py")], repo=str(tmp_path))
+    (folder / "rooted.py").write_text("import vllm_kimi_eagle\nfrom .. import register\n"
+                                      "from vllm_kimi_eagle import serving\n")
+    problems = upward_imports([str(folder / "record.py"), str(folder / "rooted.py")],
+                              repo=str(tmp_path))
     assert problems == ["vllm_kimi_eagle.draft.record (draft) imports "
                         "vllm_kimi_eagle.fixtures.cache (None)",
                         "vllm_kimi_eagle.draft.record (draft) imports "
-                        "vllm_kimi_eagle.serving.hook (serving)"]
+                        "vllm_kimi_eagle.serving.hook (serving)",
+                        "vllm_kimi_eagle.draft.rooted (draft) imports "
+                        "vllm_kimi_eagle.serving (serving)",
+                        "vllm_kimi_eagle.draft.rooted (draft) imports vllm_kimi_eagle (the "
+                        "package root, on top)",
+                        "vllm_kimi_eagle.draft.rooted (draft) imports "
+                        "vllm_kimi_eagle.register (the package root, on top)"]
 
 
 def circles(graph: dict[str, set[str]]) -> list[str]:
