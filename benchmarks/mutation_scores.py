@@ -1,6 +1,7 @@
 """How many mutants of the runtime's decision modules their unit tests kill: mutmut
 (configured in setup.cfg, [mutmut]) over layer_ids, draft_config, draft_spec, quantization,
-settings, shortcut_policy and checkpoint, then one score per module.
+settings, shortcut_policy, checkpoint and the paired verdict (tools/figures/paired), then
+one score per module.
 
 A mutant is a small change (a comparison flipped, and/or swapped, a constant or a string
 changed, an argument dropped, a return replaced by None); it is killed when a test fails.

@@ -14,7 +14,8 @@ level.
 The rules:
 
 - at least ``MIN_PAIRS`` pairs, or no verdict (it says how many are needed);
-- differences within ``TOLERANCE`` of zero are zero (float noise is not a difference);
+- two figures that differ by no more than float32 rounding (``REL_TOLERANCE`` of the
+  larger, at least ``TOLERANCE``) differ by zero: float noise is not a difference;
 - a figure that is not a finite number is refused, naming the request;
 - the interval is written as its two ends (a skewed interval is not "± half");
 - where the interval holds zero, the requests needed are those that would find the mean
@@ -32,6 +33,8 @@ LEVEL = 0.95
 POWER = 0.80
 MIN_PAIRS = 10
 TOLERANCE = 1e-9
+# A few float32 roundings of figures around 1 to 10 (its epsilon is 1.2e-7).
+REL_TOLERANCE = 1e-6
 MAX_NEEDED = 100_000
 # What a difference is: the settings' names in order, where it goes.
 HIGHER, LOWER, UNDECIDED, SAME, TOO_FEW = "higher", "lower", "undecided", "same", "too-few"
@@ -55,7 +58,12 @@ def _checked(a: Sequence[float], b: Sequence[float], ids: Sequence | None) -> li
                 raise FiguresError(f"request {name!r}: its figure on the {side} side is "
                                    f"{value!r}, not a finite number; leave that request out "
                                    "of the pairs")
-    return [0.0 if abs(x - y) <= TOLERANCE else float(x - y) for x, y in zip(a, b)]
+    return [0.0 if same(x, y) else float(x - y) for x, y in zip(a, b)]
+
+
+def same(x: float, y: float) -> bool:
+    """Whether two figures differ by no more than rounding."""
+    return abs(x - y) <= max(TOLERANCE, REL_TOLERANCE * max(abs(x), abs(y)))
 
 
 def is_finite_number(value) -> bool:
@@ -115,14 +123,21 @@ def paired_difference(a: Sequence[float], b: Sequence[float], ids: Sequence | No
         return dict(result, status=SAME, low=0.0, high=0.0, pairs_needed=None)
     half = stats.t.ppf(1 - (1 - level) / 2, n - 1) * sd / math.sqrt(n)
     low, high = mean - half, mean + half
-    status = HIGHER if low > 0 else LOWER if high < 0 else UNDECIDED
-    return dict(result, status=status, low=_significant(low), high=_significant(high))
+    return dict(result, status=status_of(low, high), low=_significant(low),
+                high=_significant(high))
 
 
-def interval_words(difference: dict, sign: float = 1.0) -> str:
-    """"95% interval 0.010 to 0.634" (negated with ``sign`` -1, ends swapped)."""
+def status_of(low: float, high: float) -> str:
+    """The verdict of an interval: higher only where it lies wholly above zero, lower only
+    wholly below; an end at zero decides nothing."""
+    return HIGHER if low > 0 else LOWER if high < 0 else UNDECIDED
+
+
+def interval_words(difference: dict, negated: bool = False) -> str:
+    """"95% interval 0.010 to 0.634" (``negated``: of the opposite difference, its ends
+    negated and swapped)."""
     low, high = difference["low"], difference["high"]
-    if sign < 0:
+    if negated:
         low, high = -high, -low
     return f"{level_words(difference['level'])} interval {figure(low)} to {figure(high)}"
 
@@ -143,7 +158,7 @@ def verdict(first: str, second: str, difference: dict, what: str) -> str:
                 f"({interval_words(difference)}, {paired})")
     if status == LOWER:
         return (f"{second} is higher than {first} in {what} by {figure(-mean)} "
-                f"({interval_words(difference, -1)}, {paired})")
+                f"({interval_words(difference, negated=True)}, {paired})")
     needed = difference["pairs_needed"]
     if needed is None:
         more = ("no difference on average: the requests' differences cancel"
