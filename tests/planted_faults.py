@@ -146,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="first run the suite on the copy with no fault planted (it must "
                              "be green, or no red below says anything)")
     args = parser.parse_args(argv)
+    # Stopped with SIGTERM too, the suite running now is stopped with it (run_suite).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     chosen = FAULTS
     if args.faults:
         names = args.faults.split(",")
