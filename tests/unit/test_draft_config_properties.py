@@ -51,7 +51,8 @@ TARGET = dict(target_layers=variants.TARGET_LAYERS, target_hidden=256,
               target_vocab=variants.TARGET_CONFIG["vocab_size"], can_capture_after_last=True)
 # The record's fields that it sets itself from the raw keys, never read under their name.
 SET_FROM_RAW_KEYS = frozenset({"source", "torchspec_marker", "modelopt_marker",
-                               "rope_blocks", "quantization_from", "field_refusals"})
+                               "rope_blocks", "quantization_from", "field_refusals",
+                               "unwritten"})
 
 
 def _model_in(annotation) -> type[BaseModel] | None:

@@ -156,3 +156,25 @@ def test_a_refusal_line_names_the_value_found():
     assert line.startswith("field 'index_topk' is 2048: ")
     [line] = draft_fields.refusals(_patched({"rope_interleave": False}))
     assert "is false" in line and json.dumps(False) in line
+
+
+@pytest.mark.parametrize("raw_change, gap", [
+    ({"num_hidden_layers": None}, "num_hidden_layers: absent or null"),
+    ({"q_lora_rank": "left out"}, "q_lora_rank: left out, transformers makes it 1536"),
+])
+def test_a_field_transformers_fills_otherwise_stops_the_hand_off(raw_change, gap):
+    """Where transformers reads a field otherwise than the plugin's record (left out or
+    null), the plugin's class serves the record; the hand-off to vLLM's class, which builds
+    from transformers' value, is refused naming the field. A null q_lora_rank is no gap."""
+    raw = _base()
+    for key, value in raw_change.items():
+        if value == "left out":
+            raw.pop(key)
+        else:
+            raw[key] = value
+    assert _report(raw, "plugin").problems == []
+    handed = _report(raw, "plugin", ("a class moved",)).problems
+    assert any(gap in line for line in handed), handed
+    raw["q_lora_rank"] = None
+    if "q_lora_rank" in raw_change:
+        assert _report(raw, "plugin", ("a class moved",)).problems == []

@@ -52,6 +52,10 @@ IN_TREE_GAPS: tuple[tuple[str, Callable[[Needs], bool], str], ...] = (
      "it reads fc_norm only, so it would not apply the fc norms this draft was trained with"),
     ("the rope type", lambda n: n.config.rope.kind not in MLA_ROPE_TYPES,
      "its MLA attention serves every rope type but default and yarn as DeepSeek YaRN"),
+    ("q_lora_rank", lambda n: "q_lora_rank" in n.config.unwritten,
+     "left out, transformers makes it 1536, and vLLM's class builds q's low-rank projection "
+     "at that rank where the plugin reads none; write q_lora_rank (null for a draft "
+     "without one)"),
     ("num_hidden_layers", lambda n: n.config.num_hidden_layers is None,
      "absent or null, transformers makes it 61, and vLLM's class builds that many layers, "
      "loading one and leaving the rest uninitialised; write num_hidden_layers: 1"),

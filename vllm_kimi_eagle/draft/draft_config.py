@@ -311,6 +311,8 @@ class DraftConfig(_LayerIds):
     # The fields neither draft class serves as trained, one line each (draft_fields; set
     # from the raw keys).
     field_refusals: Annotated[tuple[str, ...], Field(strict=False)] = ()
+    # The fields transformers fills where config.json leaves them out (draft_fields).
+    unwritten: Annotated[tuple[str, ...], Field(strict=False)] = ()
 
     @model_validator(mode="before")
     @classmethod
@@ -389,7 +391,8 @@ def _draft_markers(raw):
                                      if isinstance(raw.get(k), Mapping) and raw[k]),
                    quantization_config=raw.get(quantization_from),
                    quantization_from=quantization_from,
-                   field_refusals=draft_fields.refusals(raw))
+                   field_refusals=draft_fields.refusals(raw),
+                   unwritten=draft_fields.unwritten(raw))
     return raw
 
 

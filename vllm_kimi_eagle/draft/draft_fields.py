@@ -162,7 +162,8 @@ FIELDS: tuple[FieldRule, ...] = (
     FieldRule("num_attention_heads", HONOURED, "the MLA heads (draft_spec, the plugin's "
               "class)", example={"num_attention_heads": 2}),
     FieldRule("q_lora_rank", HONOURED, "q's low-rank projection and its q_a_layernorm; null "
-              "or absent: q projected at full rank (draft_spec)",
+              "or absent: q projected at full rank (draft_spec). Absent, transformers "
+              "reads 1536, so the hand-off to vLLM's class refuses it",
               example={"q_lora_rank": 32}),
     FieldRule("kv_lora_rank", HONOURED, "the latent KV width (draft_spec)",
               example={"kv_lora_rank": 256}),
@@ -333,6 +334,17 @@ FIELDS: tuple[FieldRule, ...] = (
                                                 "weight_block_size": [128, 128]}},
               keys=("quantization_config", "hf_quant_config.json", "compression_config")),
 )
+
+
+# Fields transformers fills with a value of its own where config.json leaves them out,
+# while the plugin's record reads them as absent: vLLM's class builds from transformers'
+# value (draft_class.IN_TREE_GAPS refuses the hand-off), the plugin's from the record.
+FILLED_BY_TRANSFORMERS = {"q_lora_rank": 1536}
+
+
+def unwritten(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    """The FILLED_BY_TRANSFORMERS fields ``raw`` leaves out (a null is written)."""
+    return tuple(key for key in FILLED_BY_TRANSFORMERS if key not in raw)
 
 
 # Keys a draft's config.json carries that no draft class reads: what they are for.
