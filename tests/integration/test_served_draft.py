@@ -9,7 +9,7 @@ import os
 
 from packaging.version import Version
 
-from tests.helpers import run_python, write_config_only_models
+from tests.helpers import probe_engine_config, run_python, write_config_only_models
 from vllm_kimi_eagle.compat import vllm_compat
 from vllm_kimi_eagle.draft.architectures import IN_TREE_ALIAS
 from vllm_kimi_eagle.draft.draft_config import parse_draft_config, record_from_json
@@ -87,19 +87,6 @@ def test_a_draft_handed_to_vllms_class_gets_the_rope_base_asked_for(tmp_path):
     assert plain["rope_parameters"]["rope_theta"] == 50000.0, plain
 
 
-REFUSED = """
-import json
-from vllm.engine.arg_utils import EngineArgs
-try:
-    EngineArgs(model={target!r}, max_model_len=512, speculative_config={{
-        "method": "eagle3", "model": {draft!r}, "num_speculative_tokens": 3}}
-        ).create_engine_config()
-    print(json.dumps({{"refused": None}}))
-except Exception as err:
-    print(json.dumps({{"refused": f"{{type(err).__name__}}: {{err}}"}}))
-"""
-
-
 def test_a_windowed_draft_is_refused_and_the_upstream_route_says_so(tmp_path):
     """A sliding window (draft_fields): refused at start-up, naming the field, where the
     plugin's class would serve the draft; with VLLM_KIMI_EAGLE_DRAFT=upstream vLLM's class
@@ -107,7 +94,7 @@ def test_a_windowed_draft_is_refused_and_the_upstream_route_says_so(tmp_path):
     the rope base asked for applied on that route too."""
     target, draft = write_config_only_models(str(tmp_path), draft_overrides={
         "sliding_window": 16, "use_sliding_window": True})
-    refused = run_python(REFUSED.format(target=target, draft=draft))["refused"]
+    refused = probe_engine_config(target, draft).get("error")
     assert refused and "DraftRefusedError" in refused and \
         "field 'sliding_window' is 16: " in refused, refused
     upstream = run_python(HANDED_OFF.format(target=target, draft=draft),
