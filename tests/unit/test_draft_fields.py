@@ -78,7 +78,7 @@ def test_a_refused_field_is_refused_by_either_class_naming_it(rule):
     whose classes moved under the plugin's); with VLLM_KIMI_EAGLE_DRAFT=upstream, where
     the user asked for vLLM's class as it is, it is a note (start-up logs it too)."""
     raw = _patched(rule.example)
-    named = f"field {rule.field.split(' (')[0]!r} is "
+    named = f"field {rule.name!r} is "
     assert rule.found(raw) is not None, rule.example
     with pytest.raises(DraftConfigError, match=named.replace(".", r"\.")):
         records.spec_from_config(parse_draft_config(raw, SOURCE))
@@ -178,3 +178,22 @@ def test_a_field_transformers_fills_otherwise_stops_the_hand_off(raw_change, gap
     raw["q_lora_rank"] = None
     if "q_lora_rank" in raw_change:
         assert _report(raw, "plugin", ("a class moved",)).problems == []
+
+
+@pytest.mark.parametrize("patch, named", [
+    ({"sliding_window": "16"}, "'sliding_window' is \"16\"; expected an integer"),
+    ({"attention_bias": "yes"}, "'attention_bias' is \"yes\"; expected true or false"),
+    ({"layer_types": "sliding_attention"}, "'layer_types' is \"sliding_attention\""),
+    ({"rope_scaling": {"type": "yarn", "factor": 4.0, "rope_dim": "32"}},
+     "'rope_scaling.rope_dim' is \"32\"; expected an integer"),
+    ({"eagle_config": {"parallel_draft_step": 1.5}},
+     "'eagle_config.parallel_draft_step' is 1.5; expected an integer"),
+])
+def test_a_refused_field_of_the_wrong_type_is_refused_by_name(patch, named):
+    """refusals reads the raw keys; the record types them first, so a malformed value
+    is one error naming the file and the field, never a window read as none."""
+    with pytest.raises(DraftConfigError, match=f"^{SOURCE}: field "):
+        parse_draft_config(_patched(patch), SOURCE)
+    with pytest.raises(DraftConfigError) as err:
+        parse_draft_config(_patched(patch), SOURCE)
+    assert named in str(err.value), str(err.value)

@@ -137,6 +137,10 @@ class RopeScaling(_Strict):
     mscale: Number | None = None
     mscale_all_dim: Number | None = None
     attention_factor: Number | None = None
+    # Read by draft_fields.refusals (from the raw keys, once these types have passed).
+    apply_yarn_scaling: bool | None = None
+    partial_rotary_factor: PositiveNumber | None = None
+    rope_dim: PositiveInt | None = None
 
     @property
     def kind(self) -> str:
@@ -246,6 +250,9 @@ class EagleConfig(_LayerIds):
     use_last_layernorm: bool | None = None
     use_mtp_layernorm: bool | None = None
     use_aux_hidden_state: bool | None = None
+    # Read by draft_fields.refusals (from the raw keys, once these types have passed).
+    norm_before_fc: bool | None = None
+    parallel_draft_step: PositiveInt | None = None
     modelopt_marker: bool = False  # set from the raw keys, not read from the file
 
     @model_validator(mode="before")
@@ -294,6 +301,20 @@ class DraftConfig(_LayerIds):
     rope_parameters: RopeScaling | None = None
     mla_use_nope: bool | None = None
     mla_use_nope_measured: bool | None = None  # calibrate --write: mla_use_nope was measured
+    # Fields draft_fields.refusals reads from the raw keys: typed here, so that a malformed
+    # value is refused by name before it is read.
+    sliding_window: NonNegativeInt | None = None
+    use_sliding_window: bool | None = None
+    layer_types: list[str] | None = None
+    rope_interleave: bool | None = None
+    index_topk: PositiveInt | None = None
+    partial_rotary_factor: PositiveNumber | None = None
+    attention_bias: bool | None = None
+    use_moe: bool | None = None
+    norm_before_fc: bool | None = None
+    use_mtp_layernorm: bool | None = None
+    use_aux_hidden_state: bool | None = None
+    parallel_draft_step: PositiveInt | None = None
     mla_use_output_gate: bool | None = None
     # EAGLE3 / EAGLE3.1 options
     fc_norm: bool | None = None

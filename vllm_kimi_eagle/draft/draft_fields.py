@@ -43,8 +43,13 @@ class FieldRule:
     against: Mapping[str, Any] = field(default_factory=dict)
 
     @property
+    def name(self) -> str:
+        """The field as config.json writes it, without the row's qualifier."""
+        return self.field.split(" (")[0]
+
+    @property
     def config_keys(self) -> tuple[str, ...]:
-        return self.keys or (self.field.split(" (")[0].split(".")[-1],)
+        return self.keys or (self.name.split(".")[-1],)
 
 
 def _top(key: str) -> Callable[[Mapping[str, Any]], Any]:
@@ -388,7 +393,7 @@ def refusals(raw: Mapping[str, Any]) -> tuple[str, ...]:
             continue
         value = rule.found(raw)
         if value is not None:
-            lines.append(f"field {rule.field.split(' (')[0]!r} is {_shown(value)}: "
+            lines.append(f"field {rule.name!r} is {_shown(value)}: "
                          f"{rule.words}")
     return tuple(lines)
 
