@@ -32,6 +32,11 @@ pytestmark = pytest.mark.engine
 UPSTREAM = {"VLLM_KIMI_EAGLE_DRAFT": "upstream"}
 NOPE_OFF = {"VLLM_KIMI_EAGLE_DRAFT_NOPE": "off"}
 AS_TRAINED = 0.99  # served acceptance over the trained draft's on the same sequences
+# The in-tree class's acceptance over the reference read with RoPE: a reading the draft was
+# not trained as proposes with smaller margins, so float32 kernels flip more near-ties
+# (0.989 on builder v12's K3 EAGLE3.1 draft); a wrong rotation costs far more (the build's
+# k3_*_served_with_rope margins, 0.13 and 0.33).
+AS_ROTATED = 0.98
 
 
 def expected(tiny: str, draft: str, result: dict, **spec_changes) -> float:
@@ -69,7 +74,7 @@ def test_a_k3_draft_is_served_as_trained(tiny, draft):
         rotated = expected(tiny, draft, served(theirs), nope=False)
         print(f"  the reference read with RoPE on the in-tree class's sequences: "
               f"{rotated:.4f}")
-        assert served(theirs)["acceptance_length"] >= AS_TRAINED * rotated
+        assert served(theirs)["acceptance_length"] >= AS_ROTATED * rotated
         assert served(theirs)["acceptance_length"] < ours["acceptance_length"]
     assert ("NoPE" in ours["_log"]) is (draft != "draft")
 

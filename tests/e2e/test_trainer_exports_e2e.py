@@ -114,8 +114,9 @@ def test_draft_served_with_another_rope_base(tiny):
           f"{max_diff(asked['out']):.2e}, at 50000 {max_diff(config_base['out']):.2e}")
     for ours, vllms in asked.values():
         torch.testing.assert_close(ours, vllms, **TOLERANCE)
-    # The config's base computes something else: by the tolerance that calls the numerics
-    # equal above, they are not (off by 1.3e-2 to 2.9e-2 on the builds of the README's
-    # margins table, against atol 1e-3): the option changed what the draft computes.
-    assert not torch.allclose(*config_base["out"], **TOLERANCE)
+    # The config's base computes something else: the engine's draft is far closer to the
+    # reference at the base asked for than at the config's (how far the bases differ over
+    # so short a prefill is a property of the weights: 3.4e-4 to 2.9e-2 on the builds
+    # measured): the option changed what the draft computes.
+    assert max_diff(config_base["out"]) > 20 * max_diff(asked["out"])
     assert other["token_ids"] == base["token_ids"]  # the target decides: still lossless

@@ -68,9 +68,12 @@ def test_every_margin_reads_a_trained_draft_and_says_what_it_does():
     from vllm_kimi_eagle.fixtures.variants import TRAINED
 
     for margin in margins.MARGINS:
-        assert margin.draft in TRAINED and margin.minimum > 0
+        assert margin.draft in TRAINED and (margin.minimum is None or margin.minimum > 0)
         assert set(margin.decided_on) <= {margins.CALIBRATE, margins.SUITE} and margin.decided_on
-        assert (margin.capture is not None) + margin.zeroed + margin.rope == 1, margin
+        kinds = (margin.capture is not None) + margin.zeroed + margin.rope + bool(margin.part)
+        assert kinds == 1, margin
+        if margin.part:
+            assert margin.part[0] in margins.WRONG_PARTS, margin
         if margin.rope:
             assert dict(TRAINED[margin.draft].config).get("mla_use_nope"), margin
 
@@ -123,3 +126,58 @@ def test_the_captured_states_are_what_vllm_captures():
     assert not torch.allclose(states[layers], out.hidden_states[layers])
     torch.testing.assert_close(target.model.norm(states[layers]), out.hidden_states[layers])
     torch.testing.assert_close(logits, out.logits)
+
+
+def test_every_part_the_plugin_reads_has_a_promised_margin_on_every_sensitive_draft():
+    """Each scaled norm unloaded, q_a and kv_a layernorm skipped: promised at
+    SINGLE_PART_MINIMUM on calibrate's prompts; each capture id one off and each pair
+    swapped measured, not promised."""
+    names = {m.name: m for m in margins.MARGINS}
+    assert len(names) == len(margins.MARGINS)
+    for draft in margins.EVERY_PART:
+        promised = {n.split(":", 1)[1] for n, m in names.items()
+                    if m.draft == draft and ":" in n and m.minimum is not None}
+        assert {"input_layernorm_weight_unloaded", "post_attention_layernorm_weight_unloaded",
+                "self_attn.kv_a_layernorm_skipped"} <= promised, (draft, promised)
+    assert "eagle3.1:fc_norm.2_weight_unloaded" in names
+    assert names["eagle3-narrow:norm_weight_unloaded"].minimum is not None
+    assert names["eagle3:norm_weight_unloaded"].minimum is None  # the target's LM head
+    assert names["eagle3:rope_base"].minimum is None
+    assert names["eagle3:first_id_early"].minimum is None
+    assert names["eagle3.1:first_second_swapped"].minimum is None
+
+
+@pytest.mark.parametrize("kind, path", [("unloaded", "self_attn.q_a_layernorm"),
+                                        ("unloaded", "fc_norm.1"),
+                                        ("skipped", "self_attn.kv_a_layernorm"),
+                                        ("rope_base", "")])
+def test_a_part_served_wrong_changes_the_draft_and_comes_back(kind, path):
+    from vllm_kimi_eagle.draft.draft_config import parse_draft_config
+    from vllm_kimi_eagle.draft.draft_spec import spec_from_config
+    from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
+    from vllm_kimi_eagle.fixtures.variants import DraftVariant, draft_config
+
+    spec = spec_from_config(parse_draft_config(
+        draft_config(DraftVariant("draft-eagle3.1", trained="eagle3.1"))))
+    torch.manual_seed(0)
+    draft = ReferenceDraft(spec, dict(ROPE)).eval()
+    with torch.no_grad():
+        for name, p in draft.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 2.0)
+    tokens = torch.randint(0, 500, (1, 12))
+    states = torch.randn(1, 10, 3 * MLA_DIMS["hidden_size"])
+
+    def output():
+        with torch.no_grad():
+            (out, _), = draft.unroll(tokens[:, 1:11], draft.combine(states),
+                                     torch.arange(10)[None], 1)
+        return out
+
+    as_trained = output()
+    margin = margins.Margin("m", "eagle3.1", "m", 0.1, (margins.CALIBRATE,), part=(kind, path))
+    with margins.served_wrong(margin, draft):
+        wrong = output()
+    assert not torch.allclose(wrong[0, 1:], as_trained[0, 1:], atol=1e-4)
+    torch.testing.assert_close(output(), as_trained)
+

@@ -1,0 +1,54 @@
+"""The scaled norms that make a tiny draft depend on each norm (fixtures/sensitivity.py):
+the draft computes the same as trained, and every scaled weight now matters."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from vllm_kimi_eagle.fixtures import sensitivity
+from vllm_kimi_eagle.fixtures.variants import ROPE, TRAINED
+
+
+def reference(trained: str):
+    from vllm_kimi_eagle.draft.draft_config import parse_draft_config
+    from vllm_kimi_eagle.draft.draft_spec import spec_from_config
+    from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
+    from vllm_kimi_eagle.fixtures.variants import DraftVariant, draft_config
+
+    spec = spec_from_config(parse_draft_config(
+        draft_config(DraftVariant(trained, trained=trained))))
+    torch.manual_seed(0)
+    return ReferenceDraft(spec, dict(ROPE)).eval()
+
+
+def run(draft, states, tokens):
+    with torch.no_grad():
+        return torch.stack([draft.draft_logits(out) for out, _ in draft.unroll(
+            tokens[:, 1:], draft.combine(states), torch.arange(states.shape[1])[None], 3)])
+
+
+@pytest.mark.parametrize("trained", ["eagle3", "eagle3.1", "eagle3-narrow",
+                                     "eagle3-norm-before-residual", "eagle3-llama",
+                                     "eagle3-k3-gate"])
+def test_scaled_norms_compute_the_same_draft(trained):
+    draft = reference(trained)
+    width = draft.spec.target_hidden_size * draft.spec.num_aux
+    states, tokens = torch.randn(1, 10, width), torch.randint(0, 500, (1, 13))
+    before = run(draft, states, tokens)
+    own = not TRAINED[trained].target_vocab_weights
+    names = sensitivity.scale_norms(draft, own, seed=3)
+    assert names == sensitivity.scaled_norms(draft.spec, own)
+    torch.testing.assert_close(run(draft, states, tokens), before, rtol=1e-4, atol=1e-4)
+    for name in names:  # every scaled norm's weight now matters
+        weight = draft.get_submodule(name if name.startswith(("fc_norm", "norm"))
+                                     else f"layers.0.{name}").weight
+        assert (weight - 1).abs().max() > 0.5, name
+
+
+def test_the_final_norm_is_scaled_only_where_its_output_reaches_the_draft_s_own_lm_head():
+    assert "norm" in sensitivity.scaled_norms(reference("eagle3-narrow").spec, True)
+    assert "norm" not in sensitivity.scaled_norms(reference("eagle3").spec, False)
+    assert "norm" not in sensitivity.scaled_norms(reference("eagle3.1").spec, True)
+    assert "hidden_norm" not in sensitivity.scaled_norms(
+        reference("eagle3-norm-before-residual").spec, True)
