@@ -78,16 +78,14 @@ def test_every_margin_reads_a_trained_draft_and_says_what_it_does():
             assert dict(TRAINED[margin.draft].config).get("mla_use_nope"), margin
 
 
-def test_a_nope_draft_served_with_rope_computes_another_draft_and_comes_back():
-    from vllm_kimi_eagle.draft.draft_config import parse_draft_config
-    from vllm_kimi_eagle.draft.draft_spec import spec_from_config
+def _draft_and_output(trained: str):
+    """A seeded reference draft of ``TRAINED[trained]``'s config, and a function giving its
+    first step's output over fixed random tokens and captured states."""
+    from vllm_kimi_eagle.fixtures.distill import trained_spec
     from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
-    from vllm_kimi_eagle.fixtures.variants import DraftVariant, draft_config
 
-    config = draft_config(DraftVariant("draft-k3-nope", trained="eagle3-k3-nope"))
-    spec = spec_from_config(parse_draft_config(config))
     torch.manual_seed(0)
-    draft = ReferenceDraft(spec, dict(ROPE)).eval()
+    draft = ReferenceDraft(trained_spec(trained), dict(ROPE)).eval()
     tokens = torch.randint(0, 500, (1, 12))
     states = torch.randn(1, 10, 3 * MLA_DIMS["hidden_size"])
 
@@ -97,6 +95,11 @@ def test_a_nope_draft_served_with_rope_computes_another_draft_and_comes_back():
                                      torch.arange(10)[None], 1)
         return out
 
+    return draft, output
+
+
+def test_a_nope_draft_served_with_rope_computes_another_draft_and_comes_back():
+    draft, output = _draft_and_output("eagle3-k3-nope")
     as_trained = output()
     with margins.served_with_rope(draft):
         rotated = output()
@@ -152,28 +155,11 @@ def test_every_part_the_plugin_reads_has_a_promised_margin_on_every_sensitive_dr
                                         ("skipped", "self_attn.kv_a_layernorm"),
                                         ("rope_base", "")])
 def test_a_part_served_wrong_changes_the_draft_and_comes_back(kind, path):
-    from vllm_kimi_eagle.draft.draft_config import parse_draft_config
-    from vllm_kimi_eagle.draft.draft_spec import spec_from_config
-    from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
-    from vllm_kimi_eagle.fixtures.variants import DraftVariant, draft_config
-
-    spec = spec_from_config(parse_draft_config(
-        draft_config(DraftVariant("draft-eagle3.1", trained="eagle3.1"))))
-    torch.manual_seed(0)
-    draft = ReferenceDraft(spec, dict(ROPE)).eval()
+    draft, output = _draft_and_output("eagle3.1")
     with torch.no_grad():
         for name, p in draft.named_parameters():
             if "norm" in name:
                 p.uniform_(0.5, 2.0)
-    tokens = torch.randint(0, 500, (1, 12))
-    states = torch.randn(1, 10, 3 * MLA_DIMS["hidden_size"])
-
-    def output():
-        with torch.no_grad():
-            (out, _), = draft.unroll(tokens[:, 1:11], draft.combine(states),
-                                     torch.arange(10)[None], 1)
-        return out
-
     as_trained = output()
     margin = margins.Margin("m", "eagle3.1", "m", 0.1, (margins.CALIBRATE,), part=(kind, path))
     with margins.served_wrong(margin, draft):

@@ -11,15 +11,11 @@ from vllm_kimi_eagle.fixtures.variants import ROPE, TRAINED
 
 
 def reference(trained: str):
-    from vllm_kimi_eagle.draft.draft_config import parse_draft_config
-    from vllm_kimi_eagle.draft.draft_spec import spec_from_config
+    from vllm_kimi_eagle.fixtures.distill import trained_spec
     from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
-    from vllm_kimi_eagle.fixtures.variants import DraftVariant, draft_config
 
-    spec = spec_from_config(parse_draft_config(
-        draft_config(DraftVariant(trained, trained=trained))))
     torch.manual_seed(0)
-    return ReferenceDraft(spec, dict(ROPE)).eval()
+    return ReferenceDraft(trained_spec(trained), dict(ROPE)).eval()
 
 
 def run(draft, states, tokens):
@@ -41,9 +37,7 @@ def test_scaled_norms_compute_the_same_draft(trained):
     assert names == sensitivity.scaled_norms(draft.spec, own)
     torch.testing.assert_close(run(draft, states, tokens), before, rtol=1e-4, atol=1e-4)
     for name in names:  # every scaled norm's weight now matters
-        weight = draft.get_submodule(name if name.startswith(("fc_norm", "norm"))
-                                     else f"layers.0.{name}").weight
-        assert (weight - 1).abs().max() > 0.5, name
+        assert (sensitivity.norm_module(draft, name).weight - 1).abs().max() > 0.5, name
 
 
 def test_the_final_norm_is_scaled_only_where_its_output_reaches_the_draft_s_own_lm_head():
