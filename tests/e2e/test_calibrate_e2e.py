@@ -24,11 +24,12 @@ from vllm_kimi_eagle.tools.calibrate.prompts import default_prompts
 pytestmark = pytest.mark.engine
 ALL_LAYERS = "1,2,3,4,5,6"
 # The build's margins (BUILT.json, fixtures/margins.py) the verdicts here rest on: the
-# base draft read one layer late ([3, 4, 6] for [2, 3, 5]), the late draft one layer early
-# ([2, 3, 4] for [3, 4, 5]). The builder measured them on calibrate's own prompts for the
+# base and the EAGLE3.1 draft read one layer late ([3, 4, 6] for [2, 3, 5]), the late
+# draft one layer early ([2, 3, 4] for [3, 4, 5]). The builder measured them on calibrate's own prompts for the
 # tiny models, which these tests use, twice as many as the margins need to be decided and
 # at least calibrate's first round.
-DECIDED_HERE = ("capture_one_layer_late", "late_capture_one_layer_early")
+DECIDED_HERE = ("capture_one_layer_late", "late_capture_one_layer_early",
+                "eagle3.1_capture_one_layer_late")
 FIRST_ROUND = cli.TINY_DEFAULTS["num_prompts"]
 
 # Drafts whose trained reading these prompts do not decide (the build measures no margin
@@ -149,14 +150,15 @@ def test_a_draft_whose_ids_cannot_tell_is_measured(tiny, capture, capsys):
     assert report["recommended"]["beats_current"] and code == cli.EXIT_RECOMMEND
 
 
-def test_a_wrong_explicit_convention_is_caught_confirmed_and_written(tiny, capture,
+@pytest.mark.parametrize("name", ["draft", "draft-eagle3.1"])
+def test_a_wrong_explicit_convention_is_caught_confirmed_and_written(tiny, capture, name,
                                                                     calibration_prompts, capsys):
-    """The base draft (trained on [2, 3, 5]) with an explicit but wrong "output-of": the
-    plugin captures [3, 4, 6]. calibrate measures both, serves both, recommends [2, 3, 5];
-    its --write copy serves at the acceptance it confirmed."""
-    draft = _retyped(tiny, capture["root"], "draft", "mislabelled",
+    """The base and the EAGLE3.1 draft (each trained on [2, 3, 5]) with an explicit but
+    wrong "output-of": the plugin captures [3, 4, 6]. calibrate measures both, serves both,
+    recommends [2, 3, 5]; its --write copy serves at the acceptance it confirmed."""
+    draft = _retyped(tiny, capture["root"], name, f"{name}-mislabelled",
                      lambda config: config.update({CONVENTION_KEY: "output-of"}))
-    written = str(capture["root"] / "calibrated")
+    written = str(capture["root"] / f"{name}-calibrated")
     code, report = calibrate(tiny, capture, draft, "--write", written, capsys=capsys)
     rec = report["recommended"]
     assert report["current"]["capture_ids"] == [3, 4, 6]

@@ -19,11 +19,13 @@ pytestmark = pytest.mark.engine
 # top_k in one request and top_p in none: the batch's first step (every request
 # prefilling, no draft token) takes the CPU top-k path on an empty batch, which killed the
 # engine before the plugin's mend (cpu_sampler.py, defect 2).
+# Each runs to its length (a sampled token may be <|eos|>), beside the greedy rows to the end.
+TO_LENGTH = {"max_tokens": 64, "ignore_eos": True}
 SAMPLED = [
-    {"temperature": 0.8, "max_tokens": 64, "seed": 1},
-    {"temperature": 0.8, "top_k": 20, "max_tokens": 64, "n": 2, "logprobs": 2, "seed": 2},
-    {"temperature": 1.0, "max_tokens": 64},
-    {"temperature": 0.5, "max_tokens": 64, "seed": 3},
+    {"temperature": 0.8, "seed": 1, **TO_LENGTH},
+    {"temperature": 0.8, "top_k": 20, "n": 2, "logprobs": 2, "seed": 2, **TO_LENGTH},
+    {"temperature": 1.0, **TO_LENGTH},
+    {"temperature": 0.5, "seed": 3, **TO_LENGTH},
 ]
 # For vLLM's stand-in: temperature only. Its uninitialised top-k can also index past the
 # vocabulary and take the engine down ("index ... is out of bounds"), which would end the

@@ -134,7 +134,7 @@ def test_the_captured_states_are_what_vllm_captures():
 def test_every_part_the_plugin_reads_has_a_promised_margin_on_every_sensitive_draft():
     """Each scaled norm unloaded, q_a and kv_a layernorm skipped: promised at
     SINGLE_PART_MINIMUM on calibrate's prompts; each capture id one off and each pair
-    swapped measured, not promised."""
+    swapped at CAPTURE_MINIMUM."""
     names = {m.name: m for m in margins.MARGINS}
     assert len(names) == len(margins.MARGINS)
     for draft in margins.EVERY_PART:
@@ -146,8 +146,17 @@ def test_every_part_the_plugin_reads_has_a_promised_margin_on_every_sensitive_dr
     assert names["eagle3-narrow:norm_weight_unloaded"].minimum is not None
     assert names["eagle3:norm_weight_unloaded"].minimum is None  # the target's LM head
     assert names["eagle3:rope_base"].minimum is None
-    assert names["eagle3:first_id_early"].minimum is None
-    assert names["eagle3.1:first_second_swapped"].minimum is None
+    for draft in margins.EVERY_PART:
+        capture = {n.split(":", 1)[1]: m.minimum for n, m in names.items()
+                   if m.draft == draft and m.capture and ":" in n}
+        ids = {n.split("_id_")[0] for n in capture if "_id_" in n}
+        # The late draft's [3, 4, 5]: its second id cannot move alone without a repeat.
+        expected = {"first", "third"} | ({"second"} if draft != "eagle3-late" else set())
+        assert ids == expected, (draft, capture)
+        assert {"first_second_swapped", "first_third_swapped",
+                "second_third_swapped"} <= set(capture), (draft, capture)
+        assert set(capture.values()) == {margins.CAPTURE_MINIMUM}, (draft, capture)
+    assert names["eagle3.1_capture_one_layer_late"].minimum == margins.CAPTURE_MINIMUM
 
 
 @pytest.mark.parametrize("kind, path", [("unloaded", "self_attn.q_a_layernorm"),
@@ -166,4 +175,3 @@ def test_a_part_served_wrong_changes_the_draft_and_comes_back(kind, path):
         wrong = output()
     assert not torch.allclose(wrong[0, 1:], as_trained[0, 1:], atol=1e-4)
     torch.testing.assert_close(output(), as_trained)
-
