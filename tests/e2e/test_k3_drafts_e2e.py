@@ -24,6 +24,7 @@ from tests.helpers import (
     tiny_target,
     TOLERANCE,
 )
+from vllm_kimi_eagle.fixtures.margins import SERVED_SHARE
 from vllm_kimi_eagle.fixtures.offline import served_acceptance
 from vllm_kimi_eagle.fixtures.variants import AUX_LAYER_IDS, K3_DRAFTS
 
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.engine
 
 UPSTREAM = {"VLLM_KIMI_EAGLE_DRAFT": "upstream"}
 NOPE_OFF = {"VLLM_KIMI_EAGLE_DRAFT_NOPE": "off"}
-AS_TRAINED = 0.99  # served acceptance over the trained draft's on the same sequences
+AS_TRAINED = SERVED_SHARE  # served acceptance over the trained draft's on the same sequences
 # The in-tree class's acceptance over the reference read with RoPE: a reading the draft was
 # not trained as proposes with smaller margins, so float32 kernels flip more near-ties
 # (0.989 on builder v12's K3 EAGLE3.1 draft); a wrong rotation costs far more (the build's

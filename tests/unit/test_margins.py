@@ -175,3 +175,15 @@ def test_a_part_served_wrong_changes_the_draft_and_comes_back(kind, path):
         wrong = output()
     assert not torch.allclose(wrong[0, 1:], as_trained[0, 1:], atol=1e-4)
     torch.testing.assert_close(output(), as_trained)
+
+
+
+def test_every_single_part_floor_is_above_twice_the_suite_s_slack():
+    """A draft served right must reach SERVED_SHARE of the reference's acceptance; a part
+    served wrong must cost more than twice what that share leaves at the highest
+    acceptance the build allows, or a misread part could pass as rounding."""
+    slack = (1 - margins.SERVED_SHARE) * margins.REALISTIC[1]
+    single = [m for m in margins.MARGINS if ":" in m.name and m.minimum is not None]
+    assert len(single) >= 70
+    for m in single:
+        assert m.minimum > 2 * slack, (m.name, m.minimum, slack)
