@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from vllm_kimi_eagle.fixtures import margins
-from vllm_kimi_eagle.fixtures.variants import MLA_DIMS, ROPE
+from vllm_kimi_eagle.fixtures.variants import MLA_DIMS, ROPE, TRAINED
 
 
 def figures(cost_calibrate: float, cost_suite: float, needed: int | None = 10,
@@ -133,19 +133,27 @@ def test_the_captured_states_are_what_vllm_captures():
 
 def test_every_part_the_plugin_reads_has_a_promised_margin_on_every_sensitive_draft():
     """Each scaled norm unloaded, q_a and kv_a layernorm skipped: promised at
-    SINGLE_PART_MINIMUM on calibrate's prompts; each capture id one off and each pair
-    swapped at CAPTURE_MINIMUM."""
+    SINGLE_PART_MINIMUM on calibrate's prompts (q_a_layernorm at Q_A_LAYERNORM_MINIMUM);
+    each capture id one off and each pair swapped at CAPTURE_MINIMUM; the rope base of
+    every rotated draft at ROPE_BASE_MINIMUM."""
     names = {m.name: m for m in margins.MARGINS}
     assert len(names) == len(margins.MARGINS)
     for draft in margins.EVERY_PART:
         promised = {n.split(":", 1)[1] for n, m in names.items()
                     if m.draft == draft and ":" in n and m.minimum is not None}
         assert {"input_layernorm_weight_unloaded", "post_attention_layernorm_weight_unloaded",
-                "self_attn.kv_a_layernorm_skipped"} <= promised, (draft, promised)
+                "self_attn.kv_a_layernorm_skipped", "self_attn.q_a_layernorm_skipped",
+                "self_attn.q_a_layernorm_weight_unloaded"} <= promised, (draft, promised)
     assert "eagle3.1:fc_norm.2_weight_unloaded" in names
     assert names["eagle3-narrow:norm_weight_unloaded"].minimum is not None
     assert names["eagle3:norm_weight_unloaded"].minimum is None  # the target's LM head
-    assert names["eagle3:rope_base"].minimum is None
+    for draft in margins.EVERY_PART:
+        rope = names.get(f"{draft}:rope_base")
+        nope = dict(TRAINED[draft].config).get("mla_use_nope")
+        assert (rope is None) == bool(nope), draft
+        assert nope or rope.minimum == margins.ROPE_BASE_MINIMUM, draft
+        assert names[f"{draft}:self_attn.q_a_layernorm_skipped"].minimum == \
+            margins.Q_A_LAYERNORM_MINIMUM
     for draft in margins.EVERY_PART:
         capture = {n.split(":", 1)[1]: m.minimum for n, m in names.items()
                    if m.draft == draft and m.capture and ":" in n}

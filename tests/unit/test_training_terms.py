@@ -1,6 +1,6 @@
-"""The two terms the builder adds to training so that a draft depends on each captured
-state: the target's neighbouring layers kept apart, the draft taught to fail on wrong
-captures."""
+"""The terms the builder adds to training so that a draft depends on each captured state
+and on its rope base: the target's neighbouring layers kept apart, the draft taught to
+fail on wrong captures and on wrong rope bases."""
 
 import math
 
@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 from vllm_kimi_eagle.fixtures import distill, margins  # noqa: E402
 from vllm_kimi_eagle.fixtures.target import layer_similarity  # noqa: E402
-from vllm_kimi_eagle.fixtures.variants import TARGET_LAYERS, TRAINED  # noqa: E402
+from vllm_kimi_eagle.fixtures.variants import TARGET_LAYERS, TRAINED, TRAINING  # noqa: E402
 
 
 def test_wrong_captures_are_each_id_off_each_swap_and_every_id_off():
@@ -29,6 +29,23 @@ def test_every_capture_margin_is_a_capture_the_draft_was_taught_to_fail_on(draft
     taught = set(distill.wrong_captures(TRAINED[draft].capture))
     measured = {m.capture for m in margins.MARGINS if m.draft == draft and m.capture}
     assert measured and measured <= taught, measured - taught
+
+
+def test_the_rope_base_margin_is_a_base_the_drafts_were_taught_to_fail_on():
+    assert margins.ROPE_BASE_TIMES in TRAINING["wrong_rope_bases"]
+    assert all(f > 0 and f != 1 for f in TRAINING["wrong_rope_bases"])
+
+
+def test_rope_base_times_changes_only_the_base_and_restores_it():
+    from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
+    from vllm_kimi_eagle.fixtures.variants import ROPE
+
+    draft = ReferenceDraft(distill.trained_spec("eagle3"), dict(ROPE))
+    attn = draft.layers[0].self_attn
+    kept = dict(attn.rope)
+    with distill.rope_base_times(draft, 10.0):
+        assert attn.rope == dict(kept, rope_theta=kept["rope_theta"] * 10.0)
+    assert attn.rope == kept
 
 
 def test_layer_similarity_counts_only_what_exceeds_the_ceiling_from_id_1_on():
