@@ -25,11 +25,13 @@ pytestmark = pytest.mark.engine
 ALL_LAYERS = "1,2,3,4,5,6"
 # The build's margins (BUILT.json, fixtures/margins.py) the verdicts here rest on: the
 # base and the EAGLE3.1 draft read one layer late ([3, 4, 6] for [2, 3, 5]), the late
-# draft one layer early ([2, 3, 4] for [3, 4, 5]). The builder measured them on calibrate's own prompts for the
+# draft one layer early ([2, 3, 4] for [3, 4, 5]), the K3 drafts read with RoPE, the base
+# draft served with ten times its rope base. The builder measured them on calibrate's own prompts for the
 # tiny models, which these tests use, twice as many as the margins need to be decided and
 # at least calibrate's first round.
 DECIDED_HERE = ("capture_one_layer_late", "late_capture_one_layer_early",
-                "eagle3.1_capture_one_layer_late")
+                "eagle3.1_capture_one_layer_late", "k3_nope_served_with_rope",
+                "k3_eagle3.1_served_with_rope", "eagle3:rope_base")
 FIRST_ROUND = cli.TINY_DEFAULTS["num_prompts"]
 
 # Drafts whose trained reading these prompts do not decide (the build measures no margin
@@ -148,6 +150,24 @@ def test_a_draft_whose_ids_cannot_tell_is_measured(tiny, capture, capsys):
     assert report["recommended"]["capture_ids"] == [3, 4, 5]
     assert report["recommended"]["setting"]["config.json"] == {CONVENTION_KEY: "output-of"}
     assert report["recommended"]["beats_current"] and code == cli.EXIT_RECOMMEND
+
+
+def test_a_rope_base_stated_wrong_is_measured_and_named(tiny, capture, capsys):
+    """The base draft (trained with rope base 50000) whose config.json says 500000, as
+    TorchSpec's drafts said 50000 for a base of 10000: asked to measure 50000 beside it,
+    calibrate recommends the trained base, decided, and says where to write it."""
+    trained = json.loads(open(os.path.join(tiny, "draft", "config.json")).read())["rope_theta"]
+    draft = _retyped(tiny, capture["root"], "draft", "rope-base-mislabelled",
+                     lambda config: config.update(rope_theta=10 * trained))
+    code, report = calibrate(tiny, capture, draft, "--no-confirm", "--rope-theta",
+                             f"{trained:g}", capsys=capsys)
+    rec = report["recommended"]
+    print(", ".join(f"{r['reading']} {r['per_prompt_mean']}" for r in report["candidates"]))
+    assert report["current"]["capture_ids"] == [2, 3, 5]
+    assert any(r["rope_theta"] is None for r in report["candidates"])  # the config's base
+    assert rec["capture_ids"] == [2, 3, 5] and rec["rope_theta"] == trained, rec
+    assert rec["beats_current"] and code == cli.EXIT_RECOMMEND, rec["why"]
+    assert rec["setting"]["config.json"]["rope_theta"] == trained
 
 
 @pytest.mark.parametrize("name", ["draft", "draft-eagle3.1"])
