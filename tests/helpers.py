@@ -665,6 +665,53 @@ def lm_eval_output(folder) -> dict:
             "answers": answers}
 
 
+# A greedy token whose top two logits are closer than this may flip between float32 kernels
+# (vLLM's against transformers'): the reference does not decide an answer that passes one.
+NEAR_TIE = 1e-2
+
+
+def reference_answers(tiny: str, folder) -> dict:
+    """doc_id -> (answer, decided): the tiny target in transformers, neither vLLM nor the
+    plugin, answering each sample lm-eval logged under ``folder`` greedily, as lm-eval's
+    vllm model asks: the context tokenized with the tokenizer's special tokens unless it
+    starts with BOS, at most max_gen_toks tokens, stopped at EOS, detokenized after the
+    prompt and cut at the first stop string. ``decided`` is False where two top logits came within NEAR_TIE."""
+    import glob
+
+    import torch
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(os.path.join(tiny, "target"))
+    target = tiny_target(tiny)
+    (samples,) = glob.glob(os.path.join(str(folder), "*", "samples_*.jsonl"))
+    answers = {}
+    with open(samples) as f, torch.no_grad():
+        for line in f:
+            sample = json.loads(line)
+            if sample["doc_id"] in answers:
+                continue
+            args = sample["arguments"]["gen_args_0"]
+            context, kwargs = args["arg_0"], args["arg_1"]
+            bos = tokenizer.bos_token
+            ids = tokenizer(context, add_special_tokens=not (bos and context.startswith(bos)))
+            seq, new, least_gap = torch.tensor(ids["input_ids"]), [], float("inf")
+            for _ in range(int(kwargs.get("max_gen_toks", 256))):
+                top = target(input_ids=seq[None]).logits[0, -1].topk(2)
+                least_gap = min(least_gap, (top.values[0] - top.values[1]).item())
+                if top.indices[0].item() == tokenizer.eos_token_id:
+                    break
+                new.append(top.indices[0].item())
+                seq = torch.cat([seq, top.indices[:1]])
+            # As vLLM detokenizes: the new tokens' text after the prompt's, so that the
+            # first word keeps its space.
+            options = {"skip_special_tokens": False, "spaces_between_special_tokens": False}
+            prompt = tokenizer.decode(ids["input_ids"], **options)
+            text = tokenizer.decode(ids["input_ids"] + new, **options)[len(prompt):]
+            stops = [s for s in list(kwargs.get("until") or []) + [tokenizer.eos_token] if s]
+            cut = min([text.find(s) for s in stops if s in text] or [len(text)])
+            answers[sample["doc_id"]] = (text[:cut], least_gap >= NEAR_TIE)
+    return answers
+
 # The CPU sampler's expand (tests/unit/test_cpu_sampler.py and, installed,
 # tests/integration/test_cpu_mends_installed.py): cu_num_tokens of three requests, the
 # second with no draft tokens.
