@@ -27,7 +27,10 @@ from vllm_kimi_eagle.fixtures.quantized import write_quantized_draft
 pytestmark = pytest.mark.engine
 
 IN_TREE = {"VLLM_KIMI_EAGLE_DRAFT": "upstream"}
-TOLERANCE = 0.1  # acceptance length, quantized against unquantized
+# Acceptance length a quantized draft may lose against the unquantized one. In bfloat16 a
+# near-tie flips with the batch shape, so the two serve different sequences and land
+# either side of each other by up to about this much; a broken one falls far below.
+TOLERANCE = 0.1
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +84,7 @@ def test_a_quantized_draft_serves_at_the_unquantized_acceptance(tiny, quantized,
     print(f"{scheme}: in-tree {figures(in_tree)}")
     for run in (served(ours), served(in_tree)):
         assert run["drafts"] > 0, "no draft proposed"
-        assert abs(run["acceptance_length"] - unquantized["acceptance_length"]) <= TOLERANCE
+        assert run["acceptance_length"] >= unquantized["acceptance_length"] - TOLERANCE
     assert f"is {WORDS[scheme].split(' [')[0]}; its " \
            "scales are checked and loaded by the plugin's class" in ours["_log"]
 
@@ -116,4 +119,4 @@ def test_a_scheme_only_vllms_class_loads_is_handed_to_it_by_itself(tiny, quantiz
     assert "Using CPUWNA16LinearKernel" in handed["_log"]  # vLLM's own int4 kernel
     assert {name: handed[name] for name in SPEC_FIGURES} == \
         {name: chosen[name] for name in SPEC_FIGURES}
-    assert abs(handed["acceptance_length"] - unquantized["acceptance_length"]) <= TOLERANCE
+    assert handed["acceptance_length"] >= unquantized["acceptance_length"] - TOLERANCE
