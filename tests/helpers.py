@@ -675,7 +675,8 @@ def reference_answers(tiny: str, folder) -> dict:
     plugin, answering each sample lm-eval logged under ``folder`` greedily, as lm-eval's
     vllm model asks: the context tokenized with the tokenizer's special tokens unless it
     starts with BOS, at most max_gen_toks tokens, stopped at EOS, detokenized after the
-    prompt and cut at the first stop string. ``decided`` is False where two top logits came within NEAR_TIE."""
+    prompt and cut at the first stop string. ``decided`` is False where two top logits
+    came within NEAR_TIE."""
     import glob
 
     import torch
@@ -711,6 +712,7 @@ def reference_answers(tiny: str, folder) -> dict:
             cut = min([text.find(s) for s in stops if s in text] or [len(text)])
             answers[sample["doc_id"]] = (text[:cut], least_gap >= NEAR_TIE)
     return answers
+
 
 # The CPU sampler's expand (tests/unit/test_cpu_sampler.py and, installed,
 # tests/integration/test_cpu_mends_installed.py): cu_num_tokens of three requests, the
