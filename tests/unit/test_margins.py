@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_kimi_eagle.fixtures import margins
+from vllm_kimi_eagle.fixtures import distill, margins
 from vllm_kimi_eagle.fixtures.variants import MLA_DIMS, ROPE, TRAINED
 
 
@@ -49,6 +49,20 @@ def test_a_margin_too_noisy_to_decide_fails(needed):
     assert f"more than {margins.MOST_PROMPTS_TO_DECIDE}" in line
 
 
+def test_a_ranking_the_compare_test_cannot_decide_fails():
+    ranking = figures(0.3, 0.3, needed=margins.MOST_PROMPTS_TO_DECIDE + 1,
+                      decided_on=(margins.COMPARE,))
+    ranking[margins.COMPARE] = ranking[margins.CALIBRATE]
+    (line,) = margins.problems({"eagle3.1_over_eagle3": ranking}, 2.6)
+    assert f"more than {margins.MOST_PROMPTS_TO_DECIDE}" in line
+
+
+def test_the_ranking_compare_asserts_is_promised_on_compares_prompts():
+    (ranking,) = [m for m in margins.MARGINS if m.instead]
+    assert (ranking.draft, ranking.instead) == ("eagle3.1", "eagle3")
+    assert ranking.decided_on == (margins.COMPARE,) and ranking.minimum >= 0.1
+
+
 @pytest.mark.parametrize("acceptance", [margins.REALISTIC[0] - 0.01, margins.REALISTIC[1] + 0.01])
 def test_a_base_draft_stronger_or_weaker_than_real_drafts_fails(acceptance):
     (line,) = margins.problems({}, acceptance)
@@ -69,9 +83,11 @@ def test_every_margin_reads_a_trained_draft_and_says_what_it_does():
 
     for margin in margins.MARGINS:
         assert margin.draft in TRAINED and (margin.minimum is None or margin.minimum > 0)
-        assert set(margin.decided_on) <= {margins.CALIBRATE, margins.SUITE} and margin.decided_on
+        assert set(margin.decided_on) <= {margins.CALIBRATE, margins.SUITE, margins.COMPARE}
+        assert margin.decided_on
         kinds = (margin.capture is not None) + margin.zeroed + margin.rope + bool(margin.part)
-        assert kinds == 1, margin
+        assert kinds + bool(margin.instead) == 1, margin
+        assert margin.instead in (None, *TRAINED) and margin.instead != margin.draft
         if margin.part:
             assert margin.part[0] in margins.WRONG_PARTS, margin
         if margin.rope:
@@ -101,7 +117,7 @@ def _draft_and_output(trained: str):
 def test_a_nope_draft_served_with_rope_computes_another_draft_and_comes_back():
     draft, output = _draft_and_output("eagle3-k3-nope")
     as_trained = output()
-    with margins.served_with_rope(draft):
+    with distill.served_with_rope(draft):
         rotated = output()
     assert not torch.allclose(rotated[0, 1:], as_trained[0, 1:], atol=1e-4)
     # The first position attends only to itself: a rotation changes nothing there but
@@ -133,9 +149,9 @@ def test_the_captured_states_are_what_vllm_captures():
 
 def test_every_part_the_plugin_reads_has_a_promised_margin_on_every_sensitive_draft():
     """Each scaled norm unloaded, q_a and kv_a layernorm skipped: promised at
-    SINGLE_PART_MINIMUM on calibrate's prompts (q_a_layernorm at Q_A_LAYERNORM_MINIMUM);
-    each capture id one off and each pair swapped at CAPTURE_MINIMUM; the rope base of
-    every rotated draft at ROPE_BASE_MINIMUM."""
+    SINGLE_PART_MINIMUM on calibrate's prompts; each capture id one off and each pair
+    swapped at CAPTURE_MINIMUM; the rope base of every rotated draft at ROPE_BASE_MINIMUM,
+    and every NoPE draft served with RoPE at SERVED_WITH_ROPE_MINIMUM."""
     names = {m.name: m for m in margins.MARGINS}
     assert len(names) == len(margins.MARGINS)
     for draft in margins.EVERY_PART:
@@ -153,7 +169,11 @@ def test_every_part_the_plugin_reads_has_a_promised_margin_on_every_sensitive_dr
         assert (rope is None) == bool(nope), draft
         assert nope or rope.minimum == margins.ROPE_BASE_MINIMUM, draft
         assert names[f"{draft}:self_attn.q_a_layernorm_skipped"].minimum == \
-            margins.Q_A_LAYERNORM_MINIMUM
+            margins.SINGLE_PART_MINIMUM
+    served_with_rope = [m for m in margins.MARGINS if m.rope]
+    assert {m.draft for m in served_with_rope} == {
+        d for d in margins.EVERY_PART if dict(TRAINED[d].config).get("mla_use_nope")}
+    assert all(m.minimum == margins.SERVED_WITH_ROPE_MINIMUM for m in served_with_rope)
     for draft in margins.EVERY_PART:
         capture = {n.split(":", 1)[1]: m.minimum for n, m in names.items()
                    if m.draft == draft and m.capture and ":" in n}

@@ -13,6 +13,7 @@ from vllm_kimi_eagle.compat import vllm_compat
 from vllm_kimi_eagle.draft import checkpoint
 from vllm_kimi_eagle.draft.draft_config import DraftConfig
 from vllm_kimi_eagle.draft.layer_ids import CONVENTION_ENV, CONVENTION_KEY
+from vllm_kimi_eagle.fixtures.offline import CALIBRATE_PROMPTS
 from vllm_kimi_eagle.tools.calibrate import __doc__ as DESCRIPTION
 from vllm_kimi_eagle.tools.calibrate import candidates, scoring
 from vllm_kimi_eagle.tools.calibrate import decision as decisions
@@ -33,7 +34,9 @@ from vllm_kimi_eagle.tools.models.config_access import text_config_value
 EXIT_RECOMMEND, EXIT_ERROR = 3, 2
 TINY_ENGINE_ARGS = {"dtype": "float32", "enforce_eager": True, "max_model_len": 512}
 # First round, most prompts, greedy tokens each, and seconds for capturing and scoring.
-TINY_DEFAULTS = {"num_prompts": 16, "max_prompts": 256, "max_tokens": 64, "time_budget": 180}
+# The tiny drafts are never trained on the first round's prompts (offline.held_out_prompts).
+TINY_DEFAULTS = {"num_prompts": CALIBRATE_PROMPTS, "max_prompts": 256, "max_tokens": 64,
+                 "time_budget": 180}
 REAL_DEFAULTS = {"num_prompts": 24, "max_prompts": 24, "max_tokens": 256, "time_budget": 3600}
 
 

@@ -120,7 +120,8 @@ def from_lm_eval_task(task: str, include_path: list[str], limit: int | None = No
 
 
 def tiny_requests(count: int) -> list[Request]:
-    """Chat requests the tiny models were trained on (their demo prompts)."""
+    """Chat requests of the tiny models' corpus (their demo prompts; the first eight are
+    the suite's, held out of the drafts' training)."""
     from vllm_kimi_eagle.fixtures import corpus
 
     return [Request(f"tiny:{i}", messages=({"role": "user", "content": p},))
