@@ -97,3 +97,30 @@ def test_documents_with_the_same_prompt_each_get_their_own_response():
     assert [(d["doc"], d["acceptance_length"]) for d in found["per_document"]] == [
         (0, 2.5), (1, 4.0)]
     assert found["missing"] == 1 and found["adds_up_to_counters"] is None
+
+
+def test_a_document_answered_without_a_draft_step_is_named_not_averaged():
+    """An answer of one token or none has no draft step: its figures add up to the
+    counters, it stays out of the distribution, and the report says which it was (a
+    category with no drafted document gets a row of dashes)."""
+    from vllm_kimi_eagle.tools.evaluation.measure import per_request
+    from vllm_kimi_eagle.tools.evaluation.report import per_request_lines
+    from vllm_kimi_eagle.tools.figures import spec_metrics
+    from vllm_kimi_eagle.tools.figures.request_metrics import RequestAcceptance
+
+    responses = [{"context": "a", "acceptance": RequestAcceptance((1, 1, 1, 1), 12)},
+                 {"context": "b", "acceptance": RequestAcceptance((0, 0, 0, 0), 0)}]
+    samples = [{"doc_id": i, "doc": {"High-level domain": d}, "arguments": [((c,), {})]}
+               for i, (c, d) in enumerate(zip("ab", ("days", "capitals")))]
+    window = spec_metrics.Scrape({
+        "vllm:spec_decode_num_drafts_total": {(): 4.0},
+        "vllm:spec_decode_num_draft_tokens_total": {(): 12.0},
+        "vllm:spec_decode_num_accepted_tokens_total": {(): 6.0},
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total": {
+            (("position", "0"),): 3.0, (("position", "1"),): 2.0, (("position", "2"),): 1.0}})
+    found = per_request(responses, samples, window, k=3)
+    assert found["adds_up_to_counters"] and len(found["per_document"]) == 2
+    assert found["requests"] == 1 and found["by_category"]["capitals"] == {"requests": 0}
+    text = "\n".join(per_request_lines(found))
+    assert "| capitals | 0 | - | - | - | - |" in text
+    assert "1 of 2 documents (ids [1]) were answered without a draft step" in text

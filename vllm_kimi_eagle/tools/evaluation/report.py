@@ -82,16 +82,23 @@ def per_request_lines(figures: dict | None) -> list[str]:
                     "acceptance (vLLM 0.29 or later, started with "
                     "--per-request-spec-decode-metrics summary): aggregate only."]
     def row(name, d):
+        if not d["requests"]:
+            return f"| {name} | 0 | - | - | - | - |"
         return (f"| {name} | {d['requests']} | {d['mean']} | {d['p10']} | {d['p50']} | "
                 f"{d['p90']} |")
     check = {True: "the requests add up to the server's counters",
              False: "the requests DO NOT add up to the server's counters",
              None: f"{figures.get('missing', 0)} requests carried no figures and are left "
                    "out"}[figures["adds_up_to_counters"]]
+    undrafted = [d["doc"] for d in figures["per_document"] if d["acceptance_length"] is None]
+    note = [] if not undrafted else [
+        "", f"{len(undrafted)} of {len(figures['per_document'])} documents (ids "
+        f"{undrafted}) were answered without a draft step (an answer of one token or none): "
+        "they count in the server's counters, not in the distribution."]
     return ["", f"Acceptance length per request (with the draft); {check}:", "",
             "| | requests | mean | p10 | p50 | p90 |", "|---|---|---|---|---|---|",
             row("all", figures),
-            *[row(name, d) for name, d in figures["by_category"].items()]]
+            *[row(name, d) for name, d in figures["by_category"].items()], *note]
 
 
 def chart(report: dict, path: str) -> None:
