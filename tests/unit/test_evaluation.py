@@ -44,6 +44,18 @@ def test_the_tasks_come_from_the_checkouts_eval_folder(tmp_path):
         task_folder(missing)
 
 
+def _counters(drafts: int, draft_tokens: int, accepted: int, per_position: tuple):
+    """A scrape of a server's spec-decode counters over a window."""
+    from vllm_kimi_eagle.tools.figures import spec_metrics
+
+    return spec_metrics.Scrape({
+        "vllm:spec_decode_num_drafts_total": {(): float(drafts)},
+        "vllm:spec_decode_num_draft_tokens_total": {(): float(draft_tokens)},
+        "vllm:spec_decode_num_accepted_tokens_total": {(): float(accepted)},
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total": {
+            (("position", str(i)),): float(n) for i, n in enumerate(per_position)}})
+
+
 def test_each_document_gets_its_own_responses_acceptance_and_its_category():
     """Responses recorded with their contexts (a chat context is a one-field named tuple in
     lm-eval, a plain tuple in its samples), matched to documents, by category, and checked
@@ -61,12 +73,7 @@ def test_each_document_gets_its_own_responses_acceptance_and_its_category():
                  for c, a in zip(contexts[::-1], figures[::-1])]  # answered out of order
     samples = [{"doc_id": i, "doc": {"High-level domain": d}, "arguments": [((c,), {})]}
                for i, (c, d) in enumerate(zip(contexts, ("days", "capitals")))]
-    window = spec_metrics.Scrape({
-        "vllm:spec_decode_num_drafts_total": {(): 8.0},
-        "vllm:spec_decode_num_draft_tokens_total": {(): 24.0},
-        "vllm:spec_decode_num_accepted_tokens_total": {(): 16.0},
-        "vllm:spec_decode_num_accepted_tokens_per_pos_total": {
-            (("position", "0"),): 7.0, (("position", "1"),): 6.0, (("position", "2"),): 3.0}})
+    window = _counters(drafts=8, draft_tokens=24, accepted=16, per_position=(7, 6, 3))
     found = per_request(responses, samples, window, k=3)
     assert [d["acceptance_length"] for d in found["per_document"]] == [2.5, 3.5]
     assert found["by_category"]["days"]["mean"] == 2.5
@@ -105,19 +112,13 @@ def test_a_document_answered_without_a_draft_step_is_named_not_averaged():
     category with no drafted document gets a row of dashes)."""
     from vllm_kimi_eagle.tools.evaluation.measure import per_request
     from vllm_kimi_eagle.tools.evaluation.report import per_request_lines
-    from vllm_kimi_eagle.tools.figures import spec_metrics
     from vllm_kimi_eagle.tools.figures.request_metrics import RequestAcceptance
 
     responses = [{"context": "a", "acceptance": RequestAcceptance((1, 1, 1, 1), 12)},
                  {"context": "b", "acceptance": RequestAcceptance((0, 0, 0, 0), 0)}]
     samples = [{"doc_id": i, "doc": {"High-level domain": d}, "arguments": [((c,), {})]}
                for i, (c, d) in enumerate(zip("ab", ("days", "capitals")))]
-    window = spec_metrics.Scrape({
-        "vllm:spec_decode_num_drafts_total": {(): 4.0},
-        "vllm:spec_decode_num_draft_tokens_total": {(): 12.0},
-        "vllm:spec_decode_num_accepted_tokens_total": {(): 6.0},
-        "vllm:spec_decode_num_accepted_tokens_per_pos_total": {
-            (("position", "0"),): 3.0, (("position", "1"),): 2.0, (("position", "2"),): 1.0}})
+    window = _counters(drafts=4, draft_tokens=12, accepted=6, per_position=(3, 2, 1))
     found = per_request(responses, samples, window, k=3)
     assert found["adds_up_to_counters"] and len(found["per_document"]) == 2
     assert found["requests"] == 1 and found["by_category"]["capitals"] == {"requests": 0}
