@@ -1,0 +1,71 @@
+""".ci/environment_from.py, which CI's older-release environment starts from: a real
+virtual environment made from another's packages, hard-linked, its console scripts
+rewritten; a change in one leaves the other's files alone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", ".ci", "environment_from.py")
+
+
+def _site_packages(venv) -> str:
+    (lib,) = os.listdir(os.path.join(venv, "lib"))
+    return os.path.join(venv, "lib", lib, "site-packages")
+
+
+@pytest.fixture
+def source(tmp_path):
+    venv = tmp_path / "source"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    package = os.path.join(_site_packages(venv), "tinypkg")
+    os.makedirs(package)
+    with open(os.path.join(package, "__init__.py"), "w") as f:
+        f.write("VALUE = 1\n")
+    with open(venv / "bin" / "tinytool", "w") as f:
+        f.write(f"#!{venv}/bin/python\nimport tinypkg\nprint(tinypkg.VALUE)\n")
+    os.chmod(venv / "bin" / "tinytool", 0o755)
+    with open(venv / "bin" / "other-shebang", "w") as f:
+        f.write("#!/bin/sh\necho other\n")
+    return venv
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, SCRIPT, *map(str, args)], capture_output=True,
+                          text=True)
+
+
+def test_a_new_environment_holds_the_sources_packages_as_links_and_runs_its_scripts(
+        source, tmp_path):
+    dest = tmp_path / "dest"
+    done = _run(source, dest)
+    assert done.returncode == 0, done.stderr
+    assert "1 console scripts" in done.stdout
+    ours = os.path.join(_site_packages(dest), "tinypkg", "__init__.py")
+    theirs = os.path.join(_site_packages(source), "tinypkg", "__init__.py")
+    assert os.path.samefile(ours, theirs)
+    # the script runs the new environment's Python, and only scripts of the source's
+    # Python are carried over
+    out = subprocess.run([str(dest / "bin" / "tinytool")], capture_output=True, text=True)
+    assert out.stdout.strip() == "1"
+    with open(dest / "bin" / "tinytool") as f:
+        assert f.readline().strip() == f"#!{dest}/bin/python"
+    assert not (dest / "bin" / "other-shebang").exists()
+    # pip replaces a file by writing a new one: the other environment keeps its own
+    os.remove(ours)
+    with open(ours, "w") as f:
+        f.write("VALUE = 2\n")
+    with open(theirs) as f:
+        assert f.read() == "VALUE = 1\n"
+
+
+def test_it_refuses_a_folder_that_is_no_environment_and_one_that_exists(source, tmp_path):
+    done = _run(tmp_path / "nothing", tmp_path / "dest")
+    assert done.returncode != 0 and "is not a virtual environment" in done.stderr
+    (tmp_path / "taken").mkdir()
+    done = _run(source, tmp_path / "taken")
+    assert done.returncode != 0 and "exists already" in done.stderr
