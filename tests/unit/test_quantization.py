@@ -280,3 +280,37 @@ def test_the_scheme_is_named_whatever_the_spelling_of_its_method():
     assert spec_from_config(config(spelled)).quantization == Quantization("int8-channel")
     assert scheme_words(spelled).startswith("compressed-tensors (group_0: weights int 8-bit")
     assert scheme_words({"quant_method": "FP8"}) == "fp8 per tensor, activation_scheme 'dynamic'"
+
+
+@pytest.mark.parametrize("trained", ["eagle3", "eagle3.1", "eagle3-llama"])
+def test_smoothing_keeps_the_draft_and_undoes_the_norms_factors(trained):
+    """The quantized copies of the integer-activation schemes are smoothed first: the same
+    function, and the seeded factors a trained draft's norms carry (up to 16 either way)
+    cancel, so that an int8 grid over a token's activations keeps every channel."""
+    from vllm_kimi_eagle.fixtures import distill, sensitivity
+    from vllm_kimi_eagle.fixtures.quantized import smoothed
+    from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
+
+    spec = distill.trained_spec(trained)
+    rope = dict(variants.ROPE if spec.attention == "mla" else variants.LLAMA_ROPE)
+    torch.manual_seed(0)
+    draft = ReferenceDraft(spec, rope)
+    plain = {k: v.clone() for k, v in draft.state_dict().items()}
+    sensitivity.scale_norms(draft, own_lm_head=False, seed=3)
+    scaled = {k: v.clone() for k, v in draft.state_dict().items()}
+    smooth = ReferenceDraft(spec, rope)
+    smooth.load_state_dict(smoothed(scaled, spec))
+    ids = torch.randint(0, spec.vocab_size, (2, 10))
+    hidden = torch.randn(2, 8, spec.num_aux * spec.target_hidden_size)
+    positions = torch.arange(8).expand(2, 8)
+    with torch.no_grad():
+        want = [draft.draft_logits(o) for o, _ in
+                draft.unroll(ids, draft.combine(hidden), positions, 3)]
+        got = [smooth.draft_logits(o) for o, _ in
+               smooth.unroll(ids, smooth.combine(hidden), positions, 3)]
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w, atol=1e-3, rtol=1e-3)
+    spread = lambda w: (w.abs().max() / w.abs().min()).item()  # noqa: E731
+    name = "layers.0.input_layernorm.weight"
+    assert spread(scaled[name]) > 100
+    assert spread(smoothed(scaled, spec)[name]) < 2 * spread(smoothed(plain, spec)[name])

@@ -50,14 +50,14 @@ def test_the_final_norm_is_scaled_only_where_its_output_reaches_the_draft_s_own_
 
 def test_every_block_s_factor_is_far_from_one_and_within_the_spread():
     g = torch.Generator().manual_seed(5)
-    factors = sensitivity._factors(70, g)
+    factors = sensitivity.block_factors(70, g)
     blocks = factors[::sensitivity.NORM_BLOCK]
     assert len(factors) == 70 and len(blocks) == 3
     assert torch.equal(factors[:32], blocks[0].repeat(32))  # one factor per block
     size = blocks.log().abs()
     assert (size >= torch.log(torch.tensor(sensitivity.NORM_LEAST)) - 1e-12).all(), blocks
     assert (size <= torch.log(torch.tensor(sensitivity.NORM_SPREAD)) + 1e-12).all(), blocks
-    many = sensitivity._factors(32 * 400, g)[::32]
+    many = sensitivity.block_factors(32 * 400, g)[::32]
     up = many > 1
     assert (up[1:] != up[:-1]).all()  # up and down in turn
     assert many.log().abs().min() >= torch.log(torch.tensor(sensitivity.NORM_LEAST)) - 1e-12
