@@ -67,3 +67,40 @@ def test_unlikelihood_is_minus_log_one_minus_the_label_probability():
     assert distill.unlikelihood(logits, labels).item() == pytest.approx(expected, rel=1e-5)
     sure = torch.tensor([[0.0, 50.0]])
     assert math.isfinite(distill.unlikelihood(sure, torch.tensor([1])).item())
+
+
+def test_the_drafts_whose_final_norm_starts_spread_are_those_it_cannot_be_scaled_on():
+    from vllm_kimi_eagle.fixtures.sensitivity import scaled_norms
+
+    for name, trained in TRAINED.items():
+        spec = distill.trained_spec(name)
+        scaled = "norm" in scaled_norms(spec, not trained.target_vocab_weights)
+        assert distill.final_norm_spread(name) == (spec.final_norm and not scaled), name
+    assert distill.final_norm_spread("eagle3") and distill.final_norm_spread("eagle3.1")
+    assert not distill.final_norm_spread("eagle3-narrow")  # scaled: its own LM head
+
+
+@pytest.mark.parametrize("name, kind", [("eagle3", "lm_head"), ("eagle3.1", "norm_output"),
+                                        ("eagle3-narrow", None)])
+def test_a_new_drafts_final_norm_starts_at_the_factors_of_its_kind(name, kind):
+    """Blocks of 32 channels, each in [least, spread] or its inverse, up and down in turn;
+    seeded, so every build starts from the same weights."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+
+    from vllm_kimi_eagle.fixtures.variants import TARGET_CONFIG
+
+    config = DeepseekV3Config(**{k: v for k, v in TARGET_CONFIG.items()
+                                 if k not in ("architectures", "model_type")})
+    target = DeepseekV3ForCausalLM(config)
+    weight = distill.new_draft(target, name).norm.weight.detach()
+    if kind is None:
+        assert torch.equal(weight, torch.ones_like(weight))
+        return
+    least, spread = TRAINING["final_norm_init"][kind]
+    blocks = weight.view(-1, 32)
+    assert torch.equal(blocks, blocks[:, :1].expand_as(blocks))
+    sizes = blocks[:, 0].log().abs()
+    assert sizes.min() >= math.log(least) - 1e-6 and sizes.max() <= math.log(spread) + 1e-6
+    up = blocks[:, 0] > 1
+    assert torch.equal(up[1:], ~up[:-1])
+    assert torch.equal(weight, distill.new_draft(target, name).norm.weight.detach())
