@@ -204,6 +204,31 @@ def test_a_wrong_explicit_convention_is_caught_confirmed_and_written(tiny, captu
                                                         abs=1e-4)
 
 
+@pytest.mark.parametrize("name", ["draft-late-explicit", "draft-narrow", "draft-k3-nope",
+                                  "draft-k3-eagle3.1"])
+def test_every_other_trained_draft_with_a_wrong_convention_is_corrected(tiny, capture, name,
+                                                                       capsys):
+    """The drafts trained on their own that the confirmed test above leaves out (the late,
+    narrow and both Kimi-K3 ones), each with an explicit but wrong "output-of": the plugin
+    captures every id one layer late; calibrate recommends the layers it was trained on,
+    decided, and says how to state them."""
+    draft = _retyped(tiny, capture["root"], name, f"{name}-mislabelled",
+                     lambda config: config.update({CONVENTION_KEY: "output-of"}))
+    code, report = calibrate(tiny, capture, draft, "--no-confirm", capsys=capsys)
+    rec = report["recommended"]
+    print(f"{name}: " + ", ".join(f"{r['reading']} {r['per_prompt_mean']}"
+                                  for r in report["candidates"]))
+    assert report["current"]["capture_ids"] == [i + 1 for i in TRAINED_ON_ITS_OWN[name]]
+    assert rec["capture_ids"] == TRAINED_ON_ITS_OWN[name]
+    assert rec["status"] == "change" and rec["beats_current"], rec["why"]
+    assert code == cli.EXIT_RECOMMEND
+    assert rec["setting"]["config.json"][CONVENTION_KEY] == "input-of"
+
+
+TRAINED_ON_ITS_OWN = {"draft-late-explicit": [3, 4, 5], "draft-narrow": [2, 3, 5],
+                      "draft-k3-nope": [2, 3, 5], "draft-k3-eagle3.1": [2, 3, 5]}
+
+
 def _nope_written(folder: str) -> tuple:
     config = json.loads(open(os.path.join(folder, "config.json")).read())
     return config.get("mla_use_nope"), config.get("mla_use_nope_measured")
