@@ -5,11 +5,14 @@ side by side with vLLM's in-tree class and against the unquantized draft's accep
 - block FP8 [64, 128] (block_n divides q_lora_rank 64): served at the unquantized draft's
   acceptance where vLLM's CPU build has a kernel for it (a CPU with AMX); refused in one
   line elsewhere;
-- compressed-tensors W8A8 int8: served at the unquantized draft's acceptance on a CPU
-  with AMX; refused in one line elsewhere, where vLLM's in-tree class fails loading it;
+- compressed-tensors W8A8 int8, smoothed first as a SmoothQuant recipe does (the tiny
+  drafts' norms carry factors up to 16 either way, fixtures/sensitivity.py): served at the
+  unquantized draft's acceptance on a CPU with AMX; refused in one line elsewhere, where
+  vLLM's in-tree class fails loading it;
 - block FP8 with q_a/kv_a left in float (an ignore list): vLLM's in-tree class serves it
   at acceptance 1.00, silently; the plugin refuses it before loading, naming the tensors;
-- compressed-tensors W4A16 (int4 groups, llm-compressor's pack-quantized): the plugin's
+- compressed-tensors W4A16 (int4 groups, llm-compressor's pack-quantized; smoothed too,
+  as vLLM's CPU build quantizes its activations to int8 on a CPU with AMX): the plugin's
   class does not load it; vLLM's CPU build serves it with its own class, and the plugin
   hands it there by itself, as the switch VLLM_KIMI_EAGLE_DRAFT=upstream would.
 """
