@@ -57,6 +57,7 @@ FAULTS = (
     Fault("attention-input-swapped", "vllm_kimi_eagle/serving/draft_model.py", "torch.cat([self.input_layernorm(embeds), normed_hidden], dim=-1)", "torch.cat([normed_hidden, self.input_layernorm(embeds)], dim=-1)", "the draft's attention reads the hidden state where it was trained on the embedding"),
     Fault("first-capture-id-off", "vllm_kimi_eagle/draft/layer_ids.py", "return [i + TO_CAPTURE_ID[convention] for i in written]", "return [i + TO_CAPTURE_ID[convention] + (n == 0) for n, i in enumerate(written)]", "vLLM captures one layer off for the draft's first id only: a silently weaker draft"),
     Fault("q-a-layernorm-unloaded", "vllm_kimi_eagle/serving/draft_model.py", "            present.add(canonical)\n", "            present.add(canonical)  # planted\n            if canonical.endswith(\"q_a_layernorm.weight\"):\n                continue\n", "the draft's q_a_layernorm weight is left at its initial 1: a silently weaker draft"),
+    Fault("final-norm-unloaded", "vllm_kimi_eagle/serving/draft_model.py", "            present.add(canonical)\n", "            present.add(canonical)  # planted\n            if canonical == \"norm.weight\":\n                continue\n", "the draft's final norm weight is left at its initial 1: a silently weaker draft"),
     Fault("release-gate-skipped", "vllm_kimi_eagle/compat/vllm_compat.py", "    if release in CHECKED_MINORS:\n", "    if True:\n", "the plugin acts in full on vLLM releases it was never checked on, its contract unread"),
 )
 
