@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import subprocess
 import sys
 
@@ -68,12 +69,17 @@ def main(argv: list[str]) -> int:
     if os.path.exists(dest):
         raise SystemExit(f"{dest} exists already; remove it or leave DEPS_FROM unset")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", dest], check=True)
-    source_sp, dest_sp = _site_packages(source), _site_packages(dest)
-    if os.path.basename(os.path.dirname(source_sp)) != os.path.basename(os.path.dirname(dest_sp)):
-        raise SystemExit(f"{source} is {os.path.dirname(source_sp)}, {dest} would be "
-                         f"{os.path.dirname(dest_sp)}: the same Python must build both")
-    files = _link_tree(source_sp, dest_sp)
-    scripts = _copy_scripts(source, dest)
+    try:  # a half-made environment would pass for a made one: none is left
+        source_sp, dest_sp = _site_packages(source), _site_packages(dest)
+        if os.path.basename(os.path.dirname(source_sp)) != \
+                os.path.basename(os.path.dirname(dest_sp)):
+            raise SystemExit(f"{source} is {os.path.dirname(source_sp)}, {dest} would be "
+                             f"{os.path.dirname(dest_sp)}: the same Python must build both")
+        files = _link_tree(source_sp, dest_sp)
+        scripts = _copy_scripts(source, dest)
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
     print(f"{dest}: {files} files hard-linked from {source_sp}, {scripts} console scripts")
     return 0
 

@@ -69,3 +69,12 @@ def test_it_refuses_a_folder_that_is_no_environment_and_one_that_exists(source, 
     (tmp_path / "taken").mkdir()
     done = _run(source, tmp_path / "taken")
     assert done.returncode != 0 and "exists already" in done.stderr
+
+
+def test_a_source_of_another_python_leaves_no_half_made_environment(source, tmp_path):
+    lib = source / "lib"
+    (only,) = os.listdir(lib)
+    os.rename(lib / only, lib / "python0.0")
+    done = _run(source, tmp_path / "dest")
+    assert done.returncode != 0 and "the same Python must build both" in done.stderr
+    assert not (tmp_path / "dest").exists()
