@@ -68,8 +68,8 @@ def main(argv: list[str]) -> int:
                          "first (make deps)")
     if os.path.exists(dest):
         raise SystemExit(f"{dest} exists already; remove it or leave DEPS_FROM unset")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", dest], check=True)
     try:  # a half-made environment would pass for a made one: none is left
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", dest], check=True)
         source_sp, dest_sp = _site_packages(source), _site_packages(dest)
         if os.path.basename(os.path.dirname(source_sp)) != \
                 os.path.basename(os.path.dirname(dest_sp)):
