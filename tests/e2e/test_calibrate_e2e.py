@@ -18,6 +18,7 @@ import pytest
 from tests.helpers import MAX_TOKENS, engine, place_in_hf_cache, run_cli, served
 from vllm_kimi_eagle.draft.layer_ids import CONVENTION_KEY, IDS_KEY
 from vllm_kimi_eagle.fixtures.cache import build_summary
+from vllm_kimi_eagle.fixtures.variants import DRAFT_VARIANTS, TRAINED
 from vllm_kimi_eagle.tools.calibrate import cli
 from vllm_kimi_eagle.tools.calibrate.prompts import default_prompts
 
@@ -218,15 +219,12 @@ def test_every_other_trained_draft_with_a_wrong_convention_is_corrected(tiny, ca
     rec = report["recommended"]
     print(f"{name}: " + ", ".join(f"{r['reading']} {r['per_prompt_mean']}"
                                   for r in report["candidates"]))
-    assert report["current"]["capture_ids"] == [i + 1 for i in TRAINED_ON_ITS_OWN[name]]
-    assert rec["capture_ids"] == TRAINED_ON_ITS_OWN[name]
+    trained = [list(TRAINED[v.trained].capture) for v in DRAFT_VARIANTS if v.name == name][0]
+    assert report["current"]["capture_ids"] == [i + 1 for i in trained]
+    assert rec["capture_ids"] == trained
     assert rec["status"] == "change" and rec["beats_current"], rec["why"]
     assert code == cli.EXIT_RECOMMEND
     assert rec["setting"]["config.json"][CONVENTION_KEY] == "input-of"
-
-
-TRAINED_ON_ITS_OWN = {"draft-late-explicit": [3, 4, 5], "draft-narrow": [2, 3, 5],
-                      "draft-k3-nope": [2, 3, 5], "draft-k3-eagle3.1": [2, 3, 5]}
 
 
 def _nope_written(folder: str) -> tuple:
