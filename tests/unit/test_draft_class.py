@@ -74,7 +74,8 @@ GAPS = {
         {"eagle_config": {"use_input_layernorm_in_first_layer": False}}, None),
     "eagle_config.use_last_layernorm": ({"eagle_config": {"use_last_layernorm": False}}, None),
     "use_aux_norm": ({"use_aux_norm": True}, None),
-    "the rope type": ({"rope_scaling": {"type": "linear", "factor": 4.0}}, None),
+    "field 'rope_scaling.type' is 'linear'": (
+        {"rope_scaling": {"type": "linear", "factor": 4.0}}, None),
     "tensor names": ({}, ["model.layers.0.self_attn.o_proj.weight"]),
 }
 

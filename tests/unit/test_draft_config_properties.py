@@ -52,7 +52,7 @@ TARGET = dict(target_layers=variants.TARGET_LAYERS, target_hidden=256,
 # The record's fields that it sets itself from the raw keys, never read under their name.
 SET_FROM_RAW_KEYS = frozenset({"source", "torchspec_marker", "modelopt_marker",
                                "rope_blocks", "quantization_from", "field_refusals",
-                               "unwritten"})
+                               "rope_refusals", "unwritten"})
 
 
 def _model_in(annotation) -> type[BaseModel] | None:
@@ -319,7 +319,7 @@ LIMITS = {
        for name, limit in (("rope_theta", NUMBER_ABOVE_0), ("factor", NUMBER_ABOVE_0),
                            ("original_max_position_embeddings", INT_ABOVE_0),
                            ("partial_rotary_factor", NUMBER_ABOVE_0),
-                           ("rope_dim", INT_ABOVE_0))},
+                           ("rope_dim", INT_ABOVE_0), ("mrope_section", ([-1], [0])))},
     (IDS_KEY,): ([-1], [0]),
     ("eagle_config", IDS_KEY): ([-1], [0]),
 }

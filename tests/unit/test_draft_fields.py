@@ -31,7 +31,9 @@ def _patched(example: dict) -> dict:
     """The base draft's config with the example written in (eagle_config merged)."""
     config = _base()
     for key, value in example.items():
-        if key == "eagle_config":
+        if value == draft_fields.LEFT_OUT:
+            config.pop(key, None)
+        elif key == "eagle_config":
             config["eagle_config"] = {**config.get("eagle_config", {}), **value}
         else:
             config[key] = copy.deepcopy(value)
@@ -50,7 +52,7 @@ def _served(raw: dict) -> tuple:
     except DraftConfigError as err:
         spec = str(err)
     return (spec, config.rope.words(), config.config_rope_theta, config.written_ids,
-            records.decide_positions(config, {}).nope)
+            records.decide_positions(config, {}).nope, config.unwritten)
 
 
 def _report(raw: dict, asked: str, contract: tuple[str, ...] = ()):
@@ -142,30 +144,37 @@ def test_every_key_the_exporters_write_is_in_the_table():
     assert not missing, f"add a row to draft_fields.FIELDS (or NOT_READ) for {missing}"
 
 
-def test_the_docs_print_every_row():
+def test_the_docs_print_the_table_as_the_code_has_it():
     import os
 
     docs = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs",
                              "checkpoints.md")).read()
-    for rule in FIELDS:
-        assert f"| `{rule.field}` | {rule.action} |" in docs, rule.field
+    assert draft_fields.table() in docs, "paste draft_fields.table() into docs/checkpoints.md"
 
 
 def test_a_refusal_line_names_the_value_found():
     [line] = draft_fields.refusals(_patched({"index_topk": 2048}))
     assert line.startswith("field 'index_topk' is 2048: ")
-    [line] = draft_fields.refusals(_patched({"rope_interleave": False}))
-    assert "is false" in line and json.dumps(False) in line
+    [line] = draft_fields.refusals(_patched({"rope_interleave": False}), rope_only=True)
+    assert line.startswith("field 'rope_interleave' is false: the draft was trained"), line
+    assert line.count("false") == 1, line  # the value once, then why
+    assert draft_fields.refusals(_patched({"rope_interleave": False})) == ()
+    [line] = draft_fields.refusals(_patched({"index_topk": None}))
+    assert line.startswith("field 'index_topk' is null: "), line
 
 
 @pytest.mark.parametrize("raw_change, gap", [
-    ({"num_hidden_layers": None}, "num_hidden_layers: absent or null"),
-    ({"q_lora_rank": "left out"}, "q_lora_rank: left out, transformers makes it 1536"),
+    ({"num_hidden_layers": None}, "num_hidden_layers: null or not filled by transformers"),
+    ({"num_hidden_layers": "left out"},
+     "num_hidden_layers: left out, transformers makes it 61 (kimi_k2's default)"),
+    ({"q_lora_rank": "left out"},
+     "q_lora_rank: left out, transformers makes it 1536 (kimi_k2's default)"),
 ])
 def test_a_field_transformers_fills_otherwise_stops_the_hand_off(raw_change, gap):
     """Where transformers reads a field otherwise than the plugin's record (left out or
     null), the plugin's class serves the record; the hand-off to vLLM's class, which builds
-    from transformers' value, is refused naming the field. A null q_lora_rank is no gap."""
+    from transformers' value, is refused naming the field. A null q_lora_rank is a gap of
+    its own: vLLM's class cannot load a draft without one."""
     raw = _base()
     for key, value in raw_change.items():
         if value == "left out":
@@ -177,7 +186,10 @@ def test_a_field_transformers_fills_otherwise_stops_the_hand_off(raw_change, gap
     assert any(gap in line for line in handed), handed
     raw["q_lora_rank"] = None
     if "q_lora_rank" in raw_change:
-        assert _report(raw, "plugin", ("a class moved",)).problems == []
+        assert _report(raw, "plugin").problems == []
+        handed = _report(raw, "plugin", ("a class moved",)).problems
+        assert any("q_lora_rank (null): its weight loader renames" in line
+                   for line in handed), handed
 
 
 @pytest.mark.parametrize("patch, named", [

@@ -16,10 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from packaging.version import Version
+
 from vllm_kimi_eagle import settings
+from vllm_kimi_eagle.compat import vllm_compat
 from vllm_kimi_eagle.draft.draft_config import DraftConfig
 from vllm_kimi_eagle.draft.draft_positions import NOPE_ENV, NOPE_KEY, PositionDecision
-from vllm_kimi_eagle.draft.draft_spec import MLA_ROPE_TYPES
+from vllm_kimi_eagle.draft.draft_spec import DEFAULT_NUM_AUX, canonical_name, forward_problems
 from vllm_kimi_eagle.draft.quantization import CHECKED, Quantization
 
 
@@ -34,48 +37,136 @@ class Needs:
     config: DraftConfig
     positions: PositionDecision
     tensor_names: tuple[str, ...] = ()
+    release: Version | None = None  # the vLLM whose class would serve it; None: the newest
 
 
-# What vLLM's in-tree MLA draft class would get wrong: (the field, whether this draft has
-# it, what vLLM's class would do). Read in deepseek_eagle3.py, 0.28-0.33.
-IN_TREE_GAPS: tuple[tuple[str, Callable[[Needs], bool], str], ...] = (
-    (NOPE_KEY, lambda n: n.positions.nope,
-     "it rotates the rope dims this draft reads unrotated (NoPE): a silent acceptance loss"),
-    ("mla_use_output_gate", lambda n: bool(n.config.mla_use_output_gate),
-     "it has no output gate and cannot load g_proj"),
-    ("eagle_config.use_input_layernorm_in_first_layer",
-     lambda n: n.config.nested.use_input_layernorm_in_first_layer is False,
-     "it always applies hidden_norm, which this draft was trained without"),
-    ("eagle_config.use_last_layernorm", lambda n: n.config.nested.use_last_layernorm is False,
-     "it always applies the final norm, which this draft was trained without"),
-    ("use_aux_norm", lambda n: bool(n.config.use_aux_norm) and n.config.fc_norm is None,
-     "it reads fc_norm only, so it would not apply the fc norms this draft was trained with"),
-    ("the rope type", lambda n: n.config.rope.kind not in MLA_ROPE_TYPES,
-     "its MLA attention serves every rope type but default and yarn as DeepSeek YaRN"),
-    ("q_lora_rank", lambda n: "q_lora_rank" in n.config.unwritten,
-     "left out, transformers makes it 1536, and vLLM's class builds q's low-rank projection "
-     "at that rank where the plugin reads none; write q_lora_rank (null for a draft "
-     "without one)"),
-    ("num_hidden_layers", lambda n: n.config.num_hidden_layers is None,
-     "absent or null, transformers makes it 61, and vLLM's class builds that many layers, "
-     "loading one and leaving the rest uninitialised; write num_hidden_layers: 1"),
-    ("tensor names", lambda n: any(name.startswith("model.") for name in n.tensor_names),
-     "its loader puts 'model.' before every name again and cannot load a checkpoint "
-     "written under 'model.'"),
+# How vLLM's class fails a draft: LOAD, it cannot build or load the draft as its checkpoint
+# holds it (an error naming no file, or weights left uninitialised); FORWARD, it loads it
+# and computes otherwise than the config says the draft was trained.
+LOAD, FORWARD = "load", "forward"
+EVERY_RELEASE = (Version("0.26"), Version("0.33"))
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One thing vLLM's in-tree MLA draft class gets wrong, on the minors ``releases``
+    (inclusive; read in their deepseek_eagle3.py, docs/checkpoints.md): the field, whether
+    a draft has it, what the class does."""
+
+    field: str
+    has: Callable[[Needs], bool]
+    what: Callable[[Needs], str]
+    kind: str  # LOAD or FORWARD
+    releases: tuple[Version, Version] = EVERY_RELEASE
+
+    def holds_on(self, release: Version | None) -> bool:
+        """Whether the gap is in the class of vLLM ``release``: a minor outside those read
+        is taken as the nearest read (None: the newest)."""
+        oldest, newest = EVERY_RELEASE
+        found = newest if release is None else vllm_compat.minor(release)
+        found = min(max(found, oldest), newest)
+        return self.releases[0] <= found <= self.releases[1]
+
+
+def _says(words: str) -> Callable[[Needs], str]:
+    return lambda needs: words
+
+
+def _in_tree_states(config: DraftConfig) -> int:
+    """How many captured states vLLM's class sizes fc for: num_aux_hidden_states, else the
+    eagle_config id list, else 3 (it never reads the top-level ids for the count)."""
+    nested = config.nested.ids
+    return config.num_aux_hidden_states or (len(nested) if nested else DEFAULT_NUM_AUX)
+
+
+def _states(config: DraftConfig) -> int:
+    """How many the draft reads (draft_spec's count)."""
+    ids, _ = config.written_ids
+    return config.num_aux_hidden_states or (len(ids) if ids else DEFAULT_NUM_AUX)
+
+
+def _pruned(config: DraftConfig) -> bool:
+    return bool(config.draft_vocab_size) and config.draft_vocab_size != config.vocab_size
+
+
+def _filled(field: str) -> Callable[[Needs], str]:
+    def words(needs: Needs) -> str:
+        value = needs.config.unwritten[field]
+        return (f"left out, transformers makes it {value} ({needs.config.model_type}'s "
+                "default)")
+    return words
+
+
+# What vLLM's in-tree MLA draft class gets wrong (deepseek_eagle3.py, read in 0.26.0-0.33.0;
+# docs/checkpoints.md prints this table with each row's releases).
+IN_TREE_GAPS: tuple[Gap, ...] = (
+    Gap(NOPE_KEY, lambda n: n.positions.nope, _says(
+        "it rotates the rope dims this draft reads unrotated (NoPE): a silent acceptance "
+        "loss"), FORWARD),
+    Gap("mla_use_output_gate", lambda n: bool(n.config.mla_use_output_gate), _says(
+        "it has no output gate and cannot load g_proj"), LOAD),
+    Gap("eagle_config.use_input_layernorm_in_first_layer",
+        lambda n: n.config.nested.use_input_layernorm_in_first_layer is False, _says(
+            "it always applies hidden_norm, which this draft was trained without (at weight "
+            "1, the checkpoint having none)"), FORWARD),
+    Gap("eagle_config.use_last_layernorm", lambda n: n.config.nested.use_last_layernorm is False,
+        _says("it always applies the final norm, which this draft was trained without (at "
+              "weight 1, the checkpoint having none)"), FORWARD),
+    Gap("use_aux_norm", lambda n: bool(n.config.use_aux_norm) and n.config.fc_norm is None,
+        _says("it reads fc_norm only: it builds no fc norms this draft was trained with, and "
+              "cannot load their weights"), LOAD),
+    Gap("the rope type (default)", lambda n: n.config.rope.kind == "default", _says(
+        "it rewrites every rope into DeepSeek YaRN and fails building a default one "
+        "(KeyError: 'factor')"), LOAD, (Version("0.26"), Version("0.27"))),
+    Gap("q_lora_rank", lambda n: "q_lora_rank" in n.config.unwritten,
+        lambda n: _filled("q_lora_rank")(n) + ", and vLLM's class builds q's low-rank "
+        "projection at that rank, where the plugin reads none and the checkpoint holds "
+        "q_proj: it cannot load it", LOAD),
+    Gap("q_lora_rank (null)", lambda n: n.config.kv_lora_rank is not None
+        and n.config.q_lora_rank is None and "q_lora_rank" not in n.config.unwritten, _says(
+            "its weight loader renames kv_a_proj_with_mqa to the fused q/kv projection, "
+            "which it builds only with a q_lora_rank: it cannot load this draft"), LOAD),
+    Gap("num_hidden_layers", lambda n: n.config.num_hidden_layers is None,
+        lambda n: (_filled("num_hidden_layers")(n) + ", and vLLM's class builds that many "
+                   "layers, loading one and leaving the rest uninitialised"
+                   if "num_hidden_layers" in n.config.unwritten else
+                   "null or not filled by transformers: vLLM's class cannot build its "
+                   "layers") + "; write num_hidden_layers: 1", LOAD),
+    Gap("tensor names", lambda n: any(name.startswith("model.") for name in n.tensor_names),
+        _says("its loader puts 'model.' before every name again and cannot load a "
+              "checkpoint written under 'model.'"), LOAD),
+    Gap("eagle_aux_hidden_state_layer_ids",
+        lambda n: _in_tree_states(n.config) != _states(n.config),
+        lambda n: (f"written at the top level only, it lists {_states(n.config)} layers, "
+                   f"and vLLM's class sizes fc for {_in_tree_states(n.config)} captured "
+                   "states (num_aux_hidden_states, else eagle_config's list, else 3): it "
+                   f"cannot load fc.weight; write num_aux_hidden_states: {_states(n.config)}"),
+        LOAD),
+    Gap("d2t", lambda n: not _pruned(n.config)
+        and any(canonical_name(name) == "d2t" for name in n.tensor_names), _says(
+            "a draft whose vocabulary is the target's gets no d2t parameter and vLLM's class "
+            "cannot load one; remove d2t from the checkpoint (the identity, all zeros)"),
+        LOAD, (Version("0.30"), Version("0.33"))),
 )
 
 
-def in_tree_gaps(needs: Needs) -> list[str]:
+def in_tree_gaps(needs: Needs, kind: str | None = None, fields: bool = True) -> list[str]:
     """What vLLM's in-tree class would get wrong with this draft, one line per field: the
-    rows above, then the fields no draft class serves as trained (draft_fields)."""
+    rows above that hold on the release (of ``kind`` only, where given), then, with
+    ``fields`` and for every kind but LOAD, what no draft class serves as trained on
+    vLLM's MLA attention, which both build on (``draft_spec.forward_problems``; vLLM's
+    class rotates the rope dims)."""
     found = []
-    for field, has, what in IN_TREE_GAPS:
-        if has(needs):
-            where = field
-            if field == NOPE_KEY:
+    for gap in IN_TREE_GAPS:
+        if (kind is None or gap.kind == kind) and gap.holds_on(needs.release) \
+                and gap.has(needs):
+            where = gap.field
+            if gap.field == NOPE_KEY:
                 where = f"{NOPE_KEY} ({needs.positions.reason})"
-            found.append(f"{where}: {what}")
-    return found + list(needs.config.field_refusals)
+            found.append(f"{where}: {gap.what(needs)}")
+    if fields and kind != LOAD:
+        found += forward_problems(needs.config, rotated=True)
+    return found
 
 
 @dataclass(frozen=True)
@@ -83,6 +174,9 @@ class ClassChoice:
     ours: bool  # the plugin's class serves the draft
     why: str  # in words, for the start-up line and inspect
     refusal: str | None = None  # neither class serves it right: why, naming the field
+    # Where vLLM's class serves it as the user asked (VLLM_KIMI_EAGLE_DRAFT=upstream): what
+    # it computes otherwise than the draft was trained, one line each.
+    warnings: tuple[str, ...] = ()
 
     def line(self, model: str) -> str:
         who = "the plugin's draft class" if self.ours else "vLLM's in-tree draft class"
@@ -129,7 +223,7 @@ def choose_class(asked: str, needs: Needs, quantization: Quantization | None,
         return ClassChoice(False, f"the plugin does not act ({settings.PLUGIN.name}=0, or a "
                            "vLLM release it leaves alone): vLLM serves the draft as without it")
     if asked == "upstream":
-        return ClassChoice(False, f"{settings.DRAFT.name}=upstream")
+        return _asked_in_tree(needs)
     why_not = _why_not_ours(quantization, contract)
     if why_not is None:
         return ClassChoice(True, f"the default ({settings.DRAFT.name}=plugin)")
@@ -144,3 +238,17 @@ def choose_class(asked: str, needs: Needs, quantization: Quantization | None,
             f"{NOPE_ENV}=off)."))
     return ClassChoice(False, f"{why_not}; vLLM's class serves everything this draft "
                        "needs, with the plugin's config fixes and layer ids kept")
+
+
+def _asked_in_tree(needs: Needs) -> ClassChoice:
+    """vLLM's class, as the user asked: refused where it cannot load the draft; where it
+    computes otherwise than trained, served with one warning line per field."""
+    why = f"{settings.DRAFT.name}=upstream"
+    cannot = in_tree_gaps(needs, LOAD)
+    if cannot:
+        return ClassChoice(False, why, refusal=(
+            f"{needs.config.source}: vLLM's in-tree class, asked for by {why}, cannot serve "
+            "this draft: " + "; ".join(cannot) + f". Unset {settings.DRAFT.name} to serve it "
+            "with the plugin's class."))
+    # The fields no draft class serves reach the user as the report's notes.
+    return ClassChoice(False, why, warnings=tuple(in_tree_gaps(needs, FORWARD, fields=False)))

@@ -141,6 +141,10 @@ class RopeScaling(_Strict):
     apply_yarn_scaling: bool | None = None
     partial_rotary_factor: PositiveNumber | None = None
     rope_dim: PositiveInt | None = None
+    truncate: bool | None = None
+    mrope_section: list[NonNegativeInt] | None = None
+    mrope_interleaved: bool | None = None
+    use_fope: bool | None = None
 
     @property
     def kind(self) -> str:
@@ -330,10 +334,12 @@ class DraftConfig(_LayerIds):
     # The rope blocks written as non-empty objects (set from the raw keys).
     rope_blocks: Annotated[tuple[str, ...], Field(strict=False)] = ()  # a JSON list when rebuilt
     # The fields neither draft class serves as trained, one line each (draft_fields; set
-    # from the raw keys).
+    # from the raw keys), and those that matter only where the rope dims are rotated.
     field_refusals: Annotated[tuple[str, ...], Field(strict=False)] = ()
-    # The fields transformers fills where config.json leaves them out (draft_fields).
-    unwritten: Annotated[tuple[str, ...], Field(strict=False)] = ()
+    rope_refusals: Annotated[tuple[str, ...], Field(strict=False)] = ()
+    # The fields transformers fills where config.json leaves them out, with the value it
+    # fills (draft_fields.unwritten).
+    unwritten: Annotated[dict[str, int], Field(strict=False)] = {}
 
     @model_validator(mode="before")
     @classmethod
@@ -388,6 +394,11 @@ class DraftConfig(_LayerIds):
     def specforge_marker(self) -> bool:
         return _specforge_marker(self)
 
+    def refusals(self, rotated: bool) -> tuple[str, ...]:
+        """The fields no draft class serves as trained, one line each: those about
+        rotating the rope dims only where they are served rotated."""
+        return self.field_refusals + (self.rope_refusals if rotated else ())
+
 
 # ---- the record's checks and readings, as plain functions (the validators and properties
 # above only call them)
@@ -413,6 +424,7 @@ def _draft_markers(raw):
                    quantization_config=raw.get(quantization_from),
                    quantization_from=quantization_from,
                    field_refusals=draft_fields.refusals(raw),
+                   rope_refusals=draft_fields.refusals(raw, rope_only=True),
                    unwritten=draft_fields.unwritten(raw))
     return raw
 

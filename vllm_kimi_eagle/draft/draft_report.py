@@ -12,11 +12,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from packaging.version import Version
+
 from vllm_kimi_eagle.draft import checkpoint, rope_override
-from vllm_kimi_eagle.draft.draft_class import ClassChoice, Needs, choose_class
+from vllm_kimi_eagle.draft.draft_class import OFF, ClassChoice, Needs, choose_class
 from vllm_kimi_eagle.draft.draft_config import DraftConfig, DraftConfigError, record_json
 from vllm_kimi_eagle.draft.draft_positions import PositionDecision, decide_positions
-from vllm_kimi_eagle.draft.draft_spec import DraftSpec, spec_from_config
+from vllm_kimi_eagle.draft.draft_spec import (
+    DraftSpec,
+    canonical_name,
+    draft_layout,
+    spec_from_config,
+)
 from vllm_kimi_eagle.draft.layer_ids import (
     LayerIdDecision,
     LayerIdError,
@@ -41,6 +48,8 @@ class DraftReport:
     header_error: str | None = None  # a local checkpoint whose headers cannot be read
     states_convention: bool = False  # the environment or config.json names the convention
 
+    head_note: str | None = None  # the draft's LM head is the target's (``head_note``)
+
     @property
     def problems(self) -> list[str]:
         """Every problem, in the order a user should fix them."""
@@ -52,9 +61,12 @@ class DraftReport:
     @property
     def notes(self) -> list[str]:
         """What the plugin's reading of the config found that does not stop vLLM's class
-        (which reads the config its own way)."""
-        return [str(self.config_error)] if self.config_error and not self.choice.ours else []
-
+        (which reads the config its own way), and what that class computes otherwise than
+        the draft was trained, where the user asked for it (VLLM_KIMI_EAGLE_DRAFT=upstream)."""
+        notes = list(self.choice.warnings)
+        if self.config_error and not self.choice.ours:
+            notes.append(str(self.config_error))
+        return notes
 
     @property
     def layer_ids_line(self) -> str:
@@ -84,15 +96,19 @@ def draft_report(
     environ=os.environ,
     asked: str = "plugin",
     contract: tuple[str, ...] = (),
+    release: Version | None = None,
 ) -> DraftReport:
     """The draft's spec, the layers vLLM must capture, how it reads positions, its rope
     base, which class serves it and every problem found. ``asked``: the class the user
     asked for (VLLM_KIMI_EAGLE_DRAFT); ``contract``: where this vLLM breaks what the
-    plugin's class builds on (``draft_class.choose_class``).
+    plugin's class builds on (``draft_class.choose_class``); ``release``: the vLLM whose
+    in-tree class would serve it (None: the newest the plugin read).
 
     ``tensors`` None: the headers could not be read, and the tensor checks are skipped
-    (loading still checks every tensor). The tensors are checked for the plugin's class
-    only: vLLM's class loads as vLLM does.
+    (loading with the plugin's class still checks every tensor). The tensors of an MLA
+    draft are checked against its config whichever class serves it, with a d2t's values
+    where its file is at hand: a checkpoint that does not match its config serves wrong in
+    either; where vLLM's class serves it, each problem says what that class would do.
     """
     known = tensors or {}
     spec, config_error, problems = None, None, ()
@@ -102,7 +118,7 @@ def draft_report(
                                                 config.quantization_from)
     except QuantizationConfigError:
         quantization = None  # spec_from_config reports it
-    choice = choose_class(asked, Needs(config, positions, tuple(known)), quantization,
+    choice = choose_class(asked, Needs(config, positions, tuple(known), release), quantization,
                           contract)
     try:
         # The rope is refused only where it will be rotated as served: vLLM's class
@@ -110,9 +126,13 @@ def draft_report(
         spec = spec_from_config(config, served_nope=positions.nope and choice.ours)
     except DraftConfigError as err:
         config_error = err
-    if spec is not None and tensors and choice.ours:
+    layout = spec if spec is not None else _layout_or_none(config)
+    checked = layout is not None and tensors and config.kv_lora_rank is not None \
+        and asked != OFF
+    if checked:
         problems = tuple(checkpoint.check_checkpoint(
-            spec, tensors, target_vocab=target_vocab, target_hidden=target_hidden))
+            layout, tensors, target_vocab=target_vocab, target_hidden=target_hidden,
+            in_tree=not choice.ours))
     decision, layer_id_error = None, None
     try:
         decision = resolve_layer_ids(
@@ -129,4 +149,31 @@ def draft_report(
     return DraftReport(config, spec, decision, positions,
                        rope_override.served_rope_theta(config, environ), choice, config_error,
                        layer_id_error, problems, header_error,
-                       explicit_convention(config, environ)[0] is not None)
+                       explicit_convention(config, environ)[0] is not None,
+                       head_note(known) if checked else None)
+
+
+def _layout_or_none(config: DraftConfig) -> DraftSpec | None:
+    """What the checkpoint must hold, where the config's forward pass was refused (for
+    vLLM's class, a note): None where the config cannot describe a layout either."""
+    try:
+        return draft_layout(config)
+    except DraftConfigError:
+        return None
+
+
+def head_note(tensors: dict[str, checkpoint.TensorInfo]) -> str | None:
+    """One line where the draft carries no LM head of its own, and so serves with the
+    target's: right for a draft trained with it, near acceptance 1.0 for one trained with
+    its own and exported without it (sglang #27829: a Kimi-K2.6 EAGLE3 draft shipped so)."""
+    names = {canonical_name(name) for name in tensors}
+    if "lm_head.weight" in names:
+        return None
+    line = ("the draft has no lm_head: it is served with the target's LM head, as it must "
+            "be if it was trained with it; a draft trained with a head of its own and "
+            "exported without it proposes almost nothing the target accepts (a "
+            "first-position acceptance near zero tells)")
+    if "embed_tokens.weight" in names:
+        line += ("; this one carries an embedding of its own, so its head was very likely "
+                 "trained too and is missing from the export: ask its publisher for it")
+    return line

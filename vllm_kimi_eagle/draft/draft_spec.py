@@ -99,10 +99,59 @@ def _flag(value: bool | None, default: bool) -> bool:
 
 def spec_from_config(config: DraftConfig, served_nope: bool | None = None) -> DraftSpec:
     """The DraftSpec of a draft's validated config record; a config that cannot describe a
-    draft the plugin reads is a DraftConfigError naming the file and the field.
-    ``served_nope``: whether its rope dims will be left unrotated as served (the positions
-    decision, and the plugin's class serving it); None: as config.json says."""
+    draft the plugin reads, or describes a forward pass no draft class serves as trained,
+    is a DraftConfigError naming the file and the field. ``served_nope``: whether its rope
+    dims will be left unrotated as served (the positions decision, and the plugin's class
+    serving it); None: as config.json says."""
+    _check_architecture(config)
+    rotated = not (config.mla_use_nope if served_nope is None else served_nope)
+    problems = forward_problems(config, rotated)
+    if problems:
+        raise DraftConfigError(f"{config.source}: " + "; ".join(problems) + ".")
+    return draft_layout(config)
+
+
+def forward_problems(config: DraftConfig, rotated: bool) -> list[str]:
+    """What in the config describes a forward pass the plugin's class does not serve as
+    trained, one line per field (``rotated``: the rope dims are rotated as served)."""
+    refused = list(config.refusals(rotated))
+    if refused:  # the refused fields alone: the rest of the file may not apply
+        return refused
+    activation = config.hidden_act or "silu"
+    if activation not in ACTIVATIONS:
+        return [f"hidden_act is {activation!r}; the draft's MLP is built for "
+                f"{', '.join(ACTIVATIONS)} (vLLM's DeepSeek MLP), so this draft would be "
+                "served with another activation than it was trained with"]
+    disagreements = config.rope_disagreements + _fc_norm_disagreement(config)
+    if disagreements:
+        return disagreements
+    rope = config.rope
+    if config.kv_lora_rank is not None and rope.kind not in MLA_ROPE_TYPES and rotated:
+        key = "rope_type" if getattr(config, rope.block).rope_type else "type"
+        return [f"field '{rope.block}.{key}' is {rope.kind!r}, but vLLM's MLA attention "
+                f"builds only {', '.join(map(repr, MLA_ROPE_TYPES))} as written and serves "
+                "every other rope type as DeepSeek YaRN, so this draft would be served with "
+                "another rope than it was trained with. Serve a draft trained with default "
+                "or yarn rope"]
+    return []
+
+
+def _check_architecture(config: DraftConfig) -> None:
+    architecture = config.architecture
+    if architecture is not None and architecture not in MLA_ARCHITECTURES + LLAMA_ARCHITECTURES:
+        raise DraftConfigError(
+            f"{config.source}: field 'architectures' is {config.architectures}: "
+            f"{architecture!r} is not an EAGLE3 draft architecture the plugin knows (MLA: "
+            f"{', '.join(MLA_ARCHITECTURES)}; Llama: {', '.join(LLAMA_ARCHITECTURES)}). "
+            "Use the architecture its training tool wrote.")
+
+
+def draft_layout(config: DraftConfig) -> DraftSpec:
+    """The draft's dimensions and tensors as its config.json describes them, whatever its
+    forward pass: what its checkpoint must hold, for whichever class loads it. A field the
+    layout needs that is missing is a DraftConfigError naming it."""
     source = config.source
+    _check_architecture(config)
 
     def required(key):
         value = getattr(config, key)
@@ -113,24 +162,6 @@ def spec_from_config(config: DraftConfig, served_nope: bool | None = None) -> Dr
             )
         return value
 
-    architecture = config.architecture
-    if architecture is not None and architecture not in MLA_ARCHITECTURES + LLAMA_ARCHITECTURES:
-        raise DraftConfigError(
-            f"{source}: field 'architectures' is {config.architectures}: "
-            f"{architecture!r} is not an EAGLE3 draft architecture the plugin knows (MLA: "
-            f"{', '.join(MLA_ARCHITECTURES)}; Llama: {', '.join(LLAMA_ARCHITECTURES)}). "
-            "Use the architecture its training tool wrote.")
-    if config.field_refusals:
-        raise DraftConfigError(f"{source}: " + "; ".join(config.field_refusals) + ".")
-    activation = config.hidden_act or "silu"
-    if activation not in ACTIVATIONS:
-        raise DraftConfigError(
-            f"{source}: hidden_act is {activation!r}; the draft's MLP is built for "
-            f"{', '.join(ACTIVATIONS)} (vLLM's DeepSeek MLP), so this draft would be served "
-            "with another activation than it was trained with.")
-    disagreements = config.rope_disagreements + _fc_norm_disagreement(config)
-    if disagreements:
-        raise DraftConfigError(f"{source}: " + "; ".join(disagreements) + ".")
     hidden = required("hidden_size")
     vocab = required("vocab_size")
     ids, _ = config.written_ids
@@ -159,16 +190,6 @@ def spec_from_config(config: DraftConfig, served_nope: bool | None = None) -> Dr
         logit_scale=config.logit_scale or 1.0,
         max_position_embeddings=config.max_position_embeddings or 8192,
     )
-    rope = config.rope
-    rotated = not (config.mla_use_nope if served_nope is None else served_nope)
-    if config.kv_lora_rank is not None and rope.kind not in MLA_ROPE_TYPES and rotated:
-        key = "rope_type" if getattr(config, rope.block).rope_type else "type"
-        raise DraftConfigError(
-            f"{source}: field '{rope.block}.{key}' is {rope.kind!r}, but vLLM's MLA attention "
-            f"builds only {', '.join(map(repr, MLA_ROPE_TYPES))} as written and serves "
-            "every other rope type as DeepSeek YaRN, so this draft would be served with "
-            "another rope than it was trained with. Serve a draft trained with default or "
-            "yarn rope.")
     if config.kv_lora_rank is None and config.model_type in LLAMA_TYPES:
         head_dim = config.head_dim or hidden // heads
         return DraftSpec(**common, q_lora_rank=None, kv_lora_rank=0, qk_nope_head_dim=0,

@@ -37,28 +37,40 @@ def check_release(report: DraftReport) -> None:
 
 
 def check_checkpoint(draft: DraftAtHand, report: DraftReport, headers: DraftHeaders) -> None:
-    """Raise if an MLA EAGLE3 draft would not serve as trained.
+    """Raise if an MLA EAGLE3 draft would not serve as trained, whichever class serves it.
 
     Local folders, hub drafts in the HF cache and (online) hub drafts are checked from
-    their safetensors headers; when no header can be read the check is skipped with a
-    log line, and the draft class still checks every tensor while loading.
+    their safetensors headers (and a d2t's values where the file is at hand); when no
+    header can be read the check is skipped with a log line: the plugin's class still
+    checks every tensor while loading, vLLM's does not.
     """
-    if report.config_error is not None:
+    ours = report.choice.ours
+    if ours and report.config_error is not None:
         raise report.config_error
+    who = "the plugin's class" if ours else "vLLM's in-tree class"
     if headers.tensors is None:
-        logger.info(
-            "vllm-kimi-eagle: pre-serve checkpoint check of %s skipped: %s. Loading the "
-            "weights still checks every tensor strictly.", draft.model, headers.where)
+        if ours:
+            logger.info(
+                "vllm-kimi-eagle: pre-serve checkpoint check of %s skipped: %s. Loading the "
+                "weights still checks every tensor strictly.", draft.model, headers.where)
+        else:
+            logger.warning(
+                "vllm-kimi-eagle: pre-serve checkpoint check of %s skipped: %s. vLLM's "
+                "in-tree class serves it, and its loader checks no tensor: a missing one "
+                "serves silently wrong. Run `vllm-kimi-eagle inspect %s` where the "
+                "checkpoint is at hand.", draft.model, headers.where, draft.model)
         return
     problems = report.tensor_problems
     if problems:
         raise checkpoint.CheckpointError(
-            f"the EAGLE3 MLA draft at {draft.model} does not match its config.json "
-            f"({len(problems)} problem(s), read from the {headers.where}); vLLM would serve "
-            "it with lower acceptance or fail later:\n  - " + "\n  - ".join(problems)
+            f"the EAGLE3 MLA draft at {draft.model}, served by {who}, does not match its "
+            f"config.json ({len(problems)} problem(s), read from the {headers.where}); vLLM "
+            "would serve it with lower acceptance or fail later:\n  - "
+            + "\n  - ".join(problems)
         )
     logger.info("vllm-kimi-eagle: draft checkpoint %s checked against its config "
-                "(headers from the %s): no problem.", draft.model, headers.where)
+                "(headers from the %s), which %s loads: no problem.", draft.model,
+                headers.where, who)
 
 
 class QuantizedDraftError(ValueError):

@@ -41,7 +41,7 @@ def guarded(in_tree: type, problems: tuple[str, ...]) -> type:
 
     class Guarded(in_tree):
         def __init__(self, *, vllm_config, prefix: str = ""):
-            check_in_tree(vllm_config.speculative_config.draft_model_config, problems)
+            check_in_tree(vllm_config, problems)
             super().__init__(vllm_config=vllm_config, prefix=prefix)
 
     Guarded.__name__ = Guarded.__qualname__ = in_tree.__name__
@@ -49,48 +49,49 @@ def guarded(in_tree: type, problems: tuple[str, ...]) -> type:
     return Guarded
 
 
-def check_in_tree(draft_model_config, problems: tuple[str, ...]) -> None:
-    """The hook's class decision (``draft_class.choose_class``) on the draft being built,
-    its refusal raised: the decisions the hook attached where it ran, else the draft's
-    config.json read here."""
-    from vllm_kimi_eagle.draft import draft_source
-    from vllm_kimi_eagle.draft.draft_class import Needs, asked_class, choose_class
+def check_in_tree(vllm_config, problems: tuple[str, ...]) -> None:
+    """The hook's checks on the draft being built, where the hook did not run (its hooked
+    method moved too): the class decision (``draft_class.choose_class``) and the
+    checkpoint against its config, each refusal raised as the hook raises it, and the rope
+    base asked for applied. Where the hook ran, it checked all of it already."""
+    from vllm_kimi_eagle.compat import vllm_compat
+    from vllm_kimi_eagle.draft import checkpoint, draft_source, rope_override
+    from vllm_kimi_eagle.draft.draft_class import asked_class
     from vllm_kimi_eagle.draft.draft_config import parse_draft_config
-    from vllm_kimi_eagle.draft.draft_positions import decide_positions
-    from vllm_kimi_eagle.draft.quantization import (
-        QuantizationConfigError,
-        quantization_from_config,
-    )
+    from vllm_kimi_eagle.draft.draft_report import draft_report
     from vllm_kimi_eagle.draft.served_draft import attached
 
+    draft_model_config = vllm_config.speculative_config.draft_model_config
+    if attached(draft_model_config.hf_config) is not None:
+        return
     model, revision = draft_model_config.model, getattr(draft_model_config, "revision", None)
-    served = attached(draft_model_config.hf_config)
-    if served is not None:
-        config = served.config
-    else:
-        found = draft_source.draft_config_json(model, revision)
-        if found is None:
-            logger.warning("vllm-kimi-eagle: the config.json of the draft %s is neither a "
-                           "local file nor in the Hugging Face cache: vLLM's class serves it "
-                           "unchecked", model)
-            return
-        config = parse_draft_config(*found)
-    try:
-        quantization = quantization_from_config(config.quantization_config, config.source,
-                                                config.quantization_from)
-    except QuantizationConfigError:
-        quantization = None
-    names = tuple(draft_source.draft_headers(model, revision).tensors or ())
+    found = draft_source.draft_config_json(model, revision)
+    if found is None:
+        logger.warning("vllm-kimi-eagle: the config.json of the draft %s is neither a "
+                       "local file nor in the Hugging Face cache: vLLM's class serves it "
+                       "unchecked", model)
+        return
+    config = parse_draft_config(*found)
+    headers = draft_source.draft_headers(model, revision)
+    target = vllm_config.model_config
     # The plugin acts in this process: it registered the name being resolved.
-    asked = asked_class(os.environ, verdict_act=True)
-    choose_class(asked, Needs(config, decide_positions(config), names), quantization,
-                 problems).refuse()
-    if served is None:  # where the hook ran, it applied the rope base asked for
-        from vllm_kimi_eagle.draft import rope_override
-
-        rope_override.serve_rope_theta(draft_model_config.hf_config,
-                                       rope_override.served_rope_theta(config),
-                                       config.config_rope_theta, logger)
+    report = draft_report(
+        config, headers.tensors, target_layers=vllm_compat.total_layers(target),
+        target_hidden=target.get_hidden_size(), target_vocab=target.get_vocab_size(),
+        can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
+        asked=asked_class(os.environ, verdict_act=True), contract=problems,
+        release=vllm_compat.installed_vllm_version())
+    report.choice.refuse()
+    if report.tensor_problems:
+        raise checkpoint.CheckpointError(
+            f"the EAGLE3 MLA draft at {model}, served by vLLM's in-tree class, does not "
+            f"match its config.json (read from the {headers.where}):\n  - "
+            + "\n  - ".join(report.tensor_problems))
+    if headers.tensors is None:
+        logger.warning("vllm-kimi-eagle: the checkpoint of the draft %s could not be read "
+                       "(%s): vLLM's class loads it unchecked", model, headers.where)
+    rope_override.serve_rope_theta(draft_model_config.hf_config, report.rope_theta,
+                                   config.config_rope_theta, logger)
 
 
 def __getattr__(name: str):

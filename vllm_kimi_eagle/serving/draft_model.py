@@ -44,7 +44,6 @@ from vllm_kimi_eagle.draft.draft_config import (
 from vllm_kimi_eagle.draft.draft_report import draft_report
 from vllm_kimi_eagle.draft.draft_source import draft_config_json
 from vllm_kimi_eagle.draft.draft_spec import (
-    IGNORED_TENSORS,
     LAYER,
     DraftSpec,
     canonical_name,
@@ -364,7 +363,7 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         problems: list[str] = []
         for raw_name, tensor in weights:
             canonical = canonical_name(raw_name)
-            if canonical in IGNORED_TENSORS:
+            if checkpoint.ignored(canonical):
                 continue
             problem = checkpoint.tensor_problem(self.spec, raw_name, tuple(tensor.shape),
                                                 tensor.dtype)
@@ -404,33 +403,12 @@ class Eagle3DeepseekV2ForCausalLM(vllm_compat.eagle3_draft_base()):
         return set(params)
 
     def _d2t_problems(self, d2t: torch.Tensor, raw_name: str) -> list[str]:
+        """What is wrong with the d2t loaded, by the rule the pre-serve check applies
+        (``checkpoint.d2t_problems``)."""
         if d2t.is_floating_point():
             return [
                 f"{self._where(raw_name)}: tensor {raw_name!r} has dtype {d2t.dtype}; d2t "
                 "holds integer offsets (target id = draft id + d2t). Export it as int64."
             ]
-        if not self.spec.pruned_vocab and bool(d2t.ne(0).any()):
-            first = int(d2t.ne(0).nonzero()[0])
-            return [
-                f"{self._where(raw_name)}: tensor {raw_name!r} maps draft id {first} to "
-                f"target id {first + int(d2t[first])}, but config.json says "
-                f"draft_vocab_size == vocab_size ({self.spec.vocab_size}), where d2t can only "
-                "be the identity (all zeros). Set draft_vocab_size to the draft's vocabulary, "
-                "or drop d2t."
-            ]
-        targets = torch.arange(d2t.numel()) + d2t.to("cpu", torch.long)
-        bad = (targets < 0) | (targets >= self.target_vocab_size)
-        if bool(bad.any()):
-            first = int(bad.nonzero()[0])
-            return [
-                f"{self._where(raw_name)}: tensor {raw_name!r} maps draft id {first} to "
-                f"target id {int(targets[first])}, outside the target vocabulary of "
-                f"{self.target_vocab_size}; d2t holds offsets (target id = draft id + d2t)."
-            ]
-        if targets.unique().numel() != targets.numel():
-            return [
-                f"{self._where(raw_name)}: tensor {raw_name!r} maps several draft ids to the "
-                "same target id; each draft token must stand for a different target token."
-            ]
-        return []
-
+        return [f"{self._where(raw_name)}: {problem}" for problem in checkpoint.d2t_problems(
+            d2t.to("cpu", torch.long).tolist(), self.spec, self.target_vocab_size, raw_name)]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from packaging.version import Version
+
 from vllm_kimi_eagle.compat import vllm_compat
 from vllm_kimi_eagle.draft.architectures import PLUGIN_DRAFT_ARCHITECTURES
 from vllm_kimi_eagle.draft.draft_config import DraftConfigError, parse_draft_config
@@ -99,7 +101,8 @@ class Plan:
     why_not: str = ""
 
 
-def plan_for(draft: DraftAtHand, contract: tuple[str, ...] = ()) -> Plan:
+def plan_for(draft: DraftAtHand, contract: tuple[str, ...] = (),
+             release: Version | None = None) -> Plan:
     """Read the draft's config.json once (folder, Hugging Face cache, or as vLLM read it)
     and, for the MLA drafts the plugin knows, its safetensors headers; report (with
     ``contract``: where this vLLM breaks what the plugin's class builds on). Drafts the
@@ -124,7 +127,7 @@ def plan_for(draft: DraftAtHand, contract: tuple[str, ...] = ()) -> Plan:
         config, headers.tensors, target_layers=draft.target_layers,
         target_hidden=draft.target_hidden, target_vocab=draft.target_vocab,
         can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
-        asked=draft.asked_here, contract=contract)
+        asked=draft.asked_here, contract=contract, release=release)
     acts_on_ids = draft.kimi_target or report.states_convention
     if not (draft.asked_ours or acts_on_ids):
         return Plan(None, None, why_not="not a Kimi or DeepSeek target's draft")

@@ -44,7 +44,6 @@ from vllm_kimi_eagle.draft import checkpoint, rope_override
 from vllm_kimi_eagle.draft.architectures import IN_TREE_ALIAS
 from vllm_kimi_eagle.draft.draft_class import DraftClassError
 from vllm_kimi_eagle.draft.draft_config import DraftConfigError, parse_draft_config
-from vllm_kimi_eagle.draft.draft_positions import NOPE_KEY
 from vllm_kimi_eagle.draft.draft_report import DraftReport
 from vllm_kimi_eagle.draft.draft_source import draft_config_json
 from vllm_kimi_eagle.draft.layer_ids import LayerIdError
@@ -87,9 +86,9 @@ def announce(draft: DraftAtHand, report: DraftReport) -> None:
         logger.warning("vllm-kimi-eagle: vLLM's in-tree class serves the draft %s (%s), and "
                        "serves it otherwise than its config.json says: %s", draft.model,
                        report.choice.why, " ".join(report.notes))
-    if not report.choice.ours and positions.written:
-        logger.warning("vllm-kimi-eagle: the draft config sets %s, which vLLM's in-tree "
-                       "draft class ignores: it rotates the rope dims.", NOPE_KEY)
+    if report.head_note:
+        log = logger.warning if "very likely" in report.head_note else logger.info
+        log("vllm-kimi-eagle: %s: %s.", draft.model, report.head_note)
     if report.choice.ours and (positions.written or positions.nope):
         log = logger.warning if positions.ambiguous else logger.info
         log("vllm-kimi-eagle: %s", report.positions_line)
@@ -148,7 +147,7 @@ def on_speculative_config(spec_config, asked: str) -> None:
     # On a vLLM minor not checked on: whether the plugin's class fits it (read once here,
     # where a draft is built; draft_class_entry.py reads the same in the worker).
     contract = release_gate.contract_problems_here() if draft.asked_ours else ()
-    plan = plan_for(draft, contract)
+    plan = plan_for(draft, contract, vllm_compat.installed_vllm_version())
     apply_plan(spec_config, draft, plan)
 
 
@@ -178,12 +177,15 @@ def apply_plan(spec_config, draft: DraftAtHand, plan: Plan) -> None:
     check_schedule(spec_config)
     if draft.asked_ours and not report.choice.ours:
         hand_to_vllm(spec_config, draft, report)
+    report.choice.refuse()  # vLLM's class asked for where it cannot load the draft
+    if report.choice.ours:
+        check_release(report)
+    # Every route: the checkpoint against its config, whichever class loads it.
+    check_checkpoint(draft, report, plan.headers)
     if not report.choice.ours:  # the plugin's class applies it where it serves
         rope_override.serve_rope_theta(draft.hf_config, report.rope_theta,
                                        report.config.config_rope_theta, logger)
     if report.choice.ours:
-        check_release(report)
-        check_checkpoint(draft, report, plan.headers)
         check_quantization(draft, report)
         apply_greedy_shortcut(spec_config)
     report.served(draft.max_positions).attach(draft.hf_config)

@@ -129,9 +129,11 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
         can_capture_after_last=vllm_compat.can_capture_after_last_layer(),
         header_error=header_error, environ=environ, asked=asked_class(environ, verdict.act),
         contract=release_gate.contract_problems_here(),
+        release=vllm_compat.installed_vllm_version(),
     )
     report["problems"] += found.problems
     report["notes"] = found.notes
+    report["head_note"] = found.head_note
     report["served_by"] = {"class": "plugin" if found.choice.ours else "vllm",
                            "why": found.choice.why,
                            "refused": found.choice.refusal is not None}
@@ -147,8 +149,8 @@ def inspect_draft(draft: str, target: str | None = None, environ=os.environ, *,
         report["draft_vocab_size"] = spec.draft_vocab_size
         report["num_aux_hidden_states"] = spec.num_aux
         report["attention"] = attention_facts(found)
-        report["in_tree_class"] = in_tree_gaps(Needs(config, found.positions,
-                                                     tuple(tensors or ())))
+        report["in_tree_class"] = in_tree_gaps(Needs(
+            config, found.positions, tuple(tensors or ()), vllm_compat.installed_vllm_version()))
     decision = found.decision
     report["convention"] = decision.convention if decision else None
     report["capture_ids"] = decision.capture_ids if decision else None
@@ -234,6 +236,8 @@ def format_report(report: dict) -> str:
                 report["convention"], report["ambiguous_capture_ids"]))
     lines += [f"note          {note} (vLLM's class reads the config its own way)"
               for note in report.get("notes", ())]
+    if report.get("head_note"):
+        lines.append(f"note          {report['head_note']}")
     if report["problems"]:
         lines.append(f"PROBLEMS ({len(report['problems'])}):")
         lines += [f"  - {p}" for p in report["problems"]]
