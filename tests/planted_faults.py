@@ -4,12 +4,16 @@ must go red on every one of them (`make faults`).
     python tests/planted_faults.py [--faults NAME,NAME] [--tree CHECKOUT] [--out FOLDER]
                                    [--pytest-args "..."] [--list]
 
-For each fault, a copy of the checkout (its files, without .git and virtual environments)
+First the suite runs on a copy of the checkout as it is (the control): it must run
+green, tests having run, or nothing below would say anything, and no fault is run. Then
+for each fault, a copy of the checkout (its files, without .git and virtual environments)
 gets the change, and the whole suite runs there (`python -m pytest tests` with the
 Makefile's arguments, the copy first on PYTHONPATH, so every process vLLM starts loads the
-copy's plugin). Which tests failed goes to FOLDER/NAME.json, and a table of every fault
-and the tests that caught it to FOLDER/faults.md. The exit status is 0 only when every
-fault turned the suite red. ``--tree`` plants into another checkout (an older commit, to
+copy's plugin). A fault is caught where at least one test failed on it (read from the
+run's JUnit report): an exit status alone may be a collection error, a timeout or the
+restart rule. Which tests failed goes to FOLDER/NAME.json, and a table of every fault and
+the tests that caught it to FOLDER/faults.md. The exit status is 0 only when the control
+was green and a test failed on every fault. ``--tree`` plants into another checkout (an older commit, to
 compare what its suite caught); the original text of each fault must occur in its file
 exactly once there too.
 """
@@ -40,6 +44,12 @@ class Fault:
     original: str  # occurs in the file exactly once
     planted: str
     harm: str  # what a user would suffer
+    # Further (original, planted) pairs in the same file, for a fault one line cannot plant.
+    also: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def edits(self) -> tuple[tuple[str, str], ...]:
+        return ((self.original, self.planted), *self.also)
 
 
 # One line each: the change, then what it would do to a user.
@@ -59,6 +69,17 @@ FAULTS = (
     Fault("q-a-layernorm-unloaded", "vllm_kimi_eagle/serving/draft_model.py", "            present.add(canonical)\n", "            present.add(canonical)  # planted\n            if canonical.endswith(\"q_a_layernorm.weight\"):\n                continue\n", "the draft's q_a_layernorm weight is left at its initial 1: a silently weaker draft"),
     Fault("final-norm-unloaded", "vllm_kimi_eagle/serving/draft_model.py", "            present.add(canonical)\n", "            present.add(canonical)  # planted\n            if canonical == \"norm.weight\":\n                continue\n", "the draft's final norm weight is left at its initial 1: a silently weaker draft"),
     Fault("release-gate-skipped", "vllm_kimi_eagle/compat/vllm_compat.py", "    if release in CHECKED_MINORS:\n", "    if True:\n", "the plugin acts in full on vLLM releases it was never checked on, its contract unread"),
+    Fault("nope-rotary-kept", "vllm_kimi_eagle/serving/draft_model.py", "        if spec.nope:  # Kimi-K3: the rope dims are attended unrotated\n", "        if False:\n", "a Kimi-K3 NoPE draft served with its rope dims rotated: a silently weaker draft"),
+    Fault("nope-scale-yarn", "vllm_kimi_eagle/serving/draft_model.py", "    if not spec.nope:\n        return config\n", "    if True:\n        return config\n", "a Kimi-K3 NoPE draft's softmax scaled by yarn's mscale it was not trained with"),
+    Fault("output-gate-not-applied", "vllm_kimi_eagle/serving/draft_model.py", "            self.self_attn.mla_attn.g_proj = ReplicatedLinear(", "            self.self_attn.g_proj_kept = ReplicatedLinear(", "a gated Kimi-K3 draft's g_proj loaded and never applied: a silently weaker draft", also=(("MOVED_PARAMS = {\"self_attn.g_proj.\": \"self_attn.mla_attn.g_proj.\"}", "MOVED_PARAMS = {\"self_attn.g_proj.\": \"self_attn.g_proj_kept.\"}"),)),
+    Fault("hidden-norm-flag-ignored", "vllm_kimi_eagle/serving/draft_model.py", "        self.hidden_norm = RMSNorm(h, eps=eps) if spec.hidden_norm else nn.Identity()", "        self.hidden_norm = RMSNorm(h, eps=eps)", "a draft trained without hidden_norm (use_input_layernorm_in_first_layer false) served with one at weight 1"),
+    Fault("final-norm-flag-ignored", "vllm_kimi_eagle/serving/draft_model.py", "        self.norm = RMSNorm(spec.hidden_size, eps=spec.rms_norm_eps) if spec.final_norm else None", "        self.norm = RMSNorm(spec.hidden_size, eps=spec.rms_norm_eps)", "a draft trained without its final norm (use_last_layernorm false) served with one at weight 1"),
+    Fault("norm-before-residual-ignored", "vllm_kimi_eagle/serving/draft_model.py", "        self.norm_before_residual = spec.norm_before_residual", "        self.norm_before_residual = False", "a norm_before_residual draft's residual taken before hidden_norm: a silently weaker draft"),
+    Fault("d2t-ignored-in-logits", "vllm_kimi_eagle/serving/top_tokens.py", "    targets = torch.arange(draft_logits.shape[-1], device=draft_logits.device) + d2t\n", "    targets = torch.arange(draft_logits.shape[-1], device=draft_logits.device)\n", "a pruned-vocabulary draft's logits scattered to the draft ids, not the target ids, on the plain path"),
+    Fault("quantization-scale-unloaded", "vllm_kimi_eagle/serving/draft_model.py", "            present.add(canonical)\n", "            present.add(canonical)  # planted\n            if canonical.endswith((\"weight_scale\", \"weight_scale_inv\")):\n                continue\n", "a quantized draft's scales left at their initial values: a draft that proposes nothing useful"),
+    Fault("window-refusal-removed", "vllm_kimi_eagle/draft/draft_fields.py", "        return window\n", "        return None\n", "a sliding-window draft served with full attention, without a word"),
+    Fault("plugin-switch-ignored", "vllm_kimi_eagle/__init__.py", "    if not settings.value(settings.PLUGIN):\n", "    if False:\n", "VLLM_KIMI_EAGLE=0 does not turn the plugin off"),
+    Fault("upstream-tensors-unchecked", "vllm_kimi_eagle/draft/draft_report.py", "    checked = layout is not None", "    checked = choice.ours and layout is not None", "a pruned draft without d2t served at acceptance 1.0 by vLLM's class, without a word"),
 )
 
 
@@ -67,17 +88,19 @@ CONTROL = Fault("control", "", "", "", "none: no fault planted")
 
 
 def apply(fault: Fault, tree: str) -> None:
-    """Plant ``fault`` in the checkout at ``tree``; its original text must occur once."""
+    """Plant ``fault`` in the checkout at ``tree``; each original text must occur once."""
     path = os.path.join(tree, fault.path)
     with open(path) as f:
         text = f.read()
-    found = text.count(fault.original)
-    if found != 1:
-        raise SystemExit(f"planted_faults: {fault.name}: {path} holds the text to change "
-                         f"{found} times, not once: {fault.original!r}. Update FAULTS in "
-                         f"{os.path.relpath(__file__, REPO)} to the code as it is now.")
+    for original, planted in fault.edits:
+        found = text.count(original)
+        if found != 1:
+            raise SystemExit(f"planted_faults: {fault.name}: {path} holds the text to change "
+                             f"{found} times, not once: {original!r}. Update FAULTS in "
+                             f"{os.path.relpath(__file__, REPO)} to the code as it is now.")
+        text = text.replace(original, planted)
     with open(path, "w") as f:
-        f.write(text.replace(fault.original, fault.planted))
+        f.write(text)
 
 
 def copy_checkout(tree: str, dest: str) -> str:
@@ -91,16 +114,26 @@ def copy_checkout(tree: str, dest: str) -> str:
 
 def failed_tests(junit_path: str) -> list[str]:
     """The ids (path::name) of the tests that failed or errored in a JUnit XML report."""
+    return junit_cases(junit_path)[1]
+
+
+def junit_cases(junit_path: str) -> tuple[int, list[str]]:
+    """How many tests a JUnit XML report says ran, and the ids (path::name) of those that
+    failed or errored (a module that failed to collect is no test)."""
     try:
         root = ElementTree.parse(junit_path).getroot()
     except (OSError, ElementTree.ParseError):
-        return []
-    failed = []
+        return 0, []
+    ran, failed = 0, []
     for case in root.iter("testcase"):
+        error = case.find("error")
+        if error is not None and error.get("message") == "collection failure":
+            continue  # a module that did not import: no test of it ran
+        ran += 1
         if case.find("failure") is not None or case.find("error") is not None:
             path = case.get("classname", "").replace(".", "/")
             failed.append(f"{path}.py::{case.get('name')}")
-    return sorted(set(failed))
+    return ran, sorted(set(failed))
 
 
 # This tool's own tests check that each fault's text is in the checkout: a planted fault
@@ -125,14 +158,23 @@ def run_suite(tree: str, python: str, pytest_args: list[str], junit: str, log: s
                 pass
 
 
+def verdict(result: dict) -> str:
+    """What a run says: a fault is caught only where a test failed on it (an exit status
+    alone may be a collection error, a timeout or the restart rule); the control must
+    run green, tests having run."""
+    if result["name"] == CONTROL.name:
+        return "green" if result["exit"] == 0 and result["ran"] else "RED (control)"
+    if result["failed"]:
+        return "caught"
+    return "MISSED" if result["exit"] == 0 else f"MISSED (exit {result['exit']}, no test failed)"
+
+
 def summary_table(results: list[dict]) -> str:
-    lines = ["| fault | what a user would suffer | suite | tests that caught it |",
+    lines = ["| fault | what a user would suffer | verdict | tests that caught it |",
              "|---|---|---|---|"]
     for r in results:
         caught = ", ".join(f"`{t}`" for t in r["failed"]) or "none"
-        state = ("red" if r["exit"] != 0 else "green" if r["name"] == CONTROL.name
-                 else "GREEN (missed)")
-        lines.append(f"| `{r['name']}` | {r['harm']} | {state}, {r['minutes']:.0f} min | "
+        lines.append(f"| `{r['name']}` | {r['harm']} | {verdict(r)}, {r['minutes']:.0f} min | "
                      f"{len(r['failed'])}: {caught} |")
     return "\n".join(lines) + "\n"
 
@@ -145,9 +187,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--pytest-args", default="-n 2 --dist loadfile -q -p no:cacheprovider")
     parser.add_argument("--list", action="store_true", help="list the faults and stop")
-    parser.add_argument("--control", action="store_true",
-                        help="first run the suite on the copy with no fault planted (it must "
-                             "be green, or no red below says anything)")
     args = parser.parse_args(argv)
     # Stopped with SIGTERM too, the suite running now is stopped with it (run_suite).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
@@ -165,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     os.makedirs(args.out, exist_ok=True)
     results = []
-    runs = ([CONTROL] if args.control else []) + list(chosen)
+    # The control first: a red below says something only where the same suite ran green.
+    runs = [CONTROL, *chosen]
     for number, fault in enumerate(runs, 1):
         with tempfile.TemporaryDirectory(prefix=f"fault-{fault.name}-") as folder:
             tree = copy_checkout(os.path.abspath(args.tree), os.path.join(folder, "tree"))
@@ -177,27 +217,32 @@ def main(argv: list[str] | None = None) -> int:
             junit = os.path.join(args.out, f"{fault.name}.xml")
             code = run_suite(tree, args.python, shlex.split(args.pytest_args), junit,
                              os.path.join(args.out, f"{fault.name}.log"))
-            result = {"name": fault.name, "harm": fault.harm, "exit": code,
-                      "minutes": (time.time() - started) / 60, "failed": failed_tests(junit),
+            ran, failed = junit_cases(junit)
+            result = {"name": fault.name, "harm": fault.harm, "exit": code, "ran": ran,
+                      "minutes": (time.time() - started) / 60, "failed": failed,
                       "tree": os.path.abspath(args.tree)}
         with open(os.path.join(args.out, f"{fault.name}.json"), "w") as f:
             json.dump(result, f, indent=1)
-        said = ("red" if code else "green" if fault is CONTROL else "GREEN: missed")
-        print(f"  {said} after {result['minutes']:.1f} min, {len(result['failed'])} tests "
-              "failed", flush=True)
+        print(f"  {verdict(result)} after {result['minutes']:.1f} min: {ran} tests ran, "
+              f"{len(failed)} failed", flush=True)
         results.append(result)
+        if fault is CONTROL and verdict(result) != "green":
+            break  # no red below would say anything
     table = summary_table(results)
     with open(os.path.join(args.out, "faults.md"), "w") as f:
         f.write(table)
     print(table)
-    missed = [r["name"] for r in results if r["exit"] == 0 and r["name"] != CONTROL.name]
+    control = results[0]
+    if verdict(control) != "green":
+        print(f"planted_faults: the suite was not green with no fault planted ({control['ran']} "
+              f"tests ran; failed: {', '.join(control['failed']) or 'none'}; exit "
+              f"{control['exit']}): no fault was run. See {args.out}/control.log.",
+              file=sys.stderr)
+        return 1
+    missed = [r["name"] for r in results[1:] if verdict(r) != "caught"]
     if missed:
-        print(f"planted_faults: the suite stayed green on {', '.join(missed)}", file=sys.stderr)
-    control_red = [r for r in results if r["name"] == CONTROL.name and r["exit"] != 0]
-    if control_red:
-        print(f"planted_faults: the suite was red with no fault planted: "
-              f"{', '.join(control_red[0]['failed'])}", file=sys.stderr)
-    return 1 if missed or control_red else 0
+        print(f"planted_faults: no test failed on {', '.join(missed)}", file=sys.stderr)
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import pytest
 from tests.helpers import MAX_TOKENS, engine, place_in_hf_cache, run_cli, served
 from vllm_kimi_eagle.draft.layer_ids import CONVENTION_KEY, IDS_KEY
 from vllm_kimi_eagle.fixtures.cache import build_summary
+from vllm_kimi_eagle.fixtures.margins import CALIBRATE_DECIDES
 from vllm_kimi_eagle.fixtures.variants import DRAFT_VARIANTS, TRAINED
 from vllm_kimi_eagle.tools.calibrate import cli
 from vllm_kimi_eagle.tools.calibrate.prompts import default_prompts
@@ -30,9 +31,7 @@ ALL_LAYERS = "1,2,3,4,5,6"
 # draft served with ten times its rope base. The builder measured them on calibrate's own prompts for the
 # tiny models, which these tests use, twice as many as the margins need to be decided and
 # at least calibrate's first round.
-DECIDED_HERE = ("capture_one_layer_late", "late_capture_one_layer_early",
-                "eagle3.1_capture_one_layer_late", "k3_nope_served_with_rope",
-                "k3_eagle3.1_served_with_rope", "eagle3:rope_base")
+DECIDED_HERE = CALIBRATE_DECIDES
 FIRST_ROUND = cli.TINY_DEFAULTS["num_prompts"]
 
 # Drafts whose trained reading these prompts do not decide (the build measures no margin

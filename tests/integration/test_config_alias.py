@@ -197,3 +197,28 @@ def test_template_nulls_load_on_other_transformers_releases(tmp_path, version):
     found = json.loads(child.stdout.strip().splitlines()[-1])
     assert found["transformers"] == version
     assert found["kv_lora_rank"] == 512 and found["tie_word_embeddings"] is False, found
+
+
+def test_the_values_transformers_fills_are_the_installed_ones():
+    """draft_fields.FILLED_BY_TRANSFORMERS against the installed transformers' config classes,
+    and TRANSFORMERS_CONFIG_CLASS against vLLM's own map of model types to them."""
+    from vllm_kimi_eagle.draft.draft_fields import FILLED_BY_TRANSFORMERS, TRANSFORMERS_CONFIG_CLASS
+
+    result = run_python(
+        f"""
+        import json
+        import transformers
+        from vllm.transformers_utils.config import _CONFIG_REGISTRY
+        filled = {{name: {{field: getattr(getattr(transformers, name)(), field)
+                          for field in fields}}
+                  for name, fields in {dict((k, list(v)) for k, v in FILLED_BY_TRANSFORMERS.items())!r}.items()}}
+        vllm_map = {{t: getattr(_CONFIG_REGISTRY.get(t), "__name__", _CONFIG_REGISTRY.get(t))
+                    for t in {list(TRANSFORMERS_CONFIG_CLASS)!r}}}
+        print(json.dumps({{"filled": filled, "vllm_map": vllm_map}}))
+        """
+    )
+    assert result["filled"] == FILLED_BY_TRANSFORMERS
+    for model_type, config_class in TRANSFORMERS_CONFIG_CLASS.items():
+        # vLLM maps some types itself (kimi_k2, deepseek_v32); the rest are transformers'
+        found = result["vllm_map"][model_type]
+        assert found in (config_class, None), (model_type, found)

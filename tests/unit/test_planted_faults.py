@@ -6,7 +6,15 @@ import os
 import pytest
 
 from tests.helpers import REPO
-from tests.planted_faults import FAULTS, apply, copy_checkout, failed_tests
+from tests.planted_faults import (
+    CONTROL,
+    FAULTS,
+    apply,
+    copy_checkout,
+    failed_tests,
+    junit_cases,
+    verdict,
+)
 
 
 def test_fault_names_are_unique():
@@ -23,7 +31,7 @@ def test_each_fault_plants_once_in_a_copy(fault, tmp_path):
     target.write_text(original)
     apply(fault, str(folder))
     planted = target.read_text()
-    assert planted != original and fault.planted in planted
+    assert planted != original and all(new in planted for _, new in fault.edits)
     with pytest.raises(SystemExit, match="not once"):
         apply(fault, str(folder))  # the original text is gone now
 
@@ -49,3 +57,22 @@ def test_failed_tests_are_read_from_junit(tmp_path):
     assert failed_tests(str(report)) == ["tests/e2e/test_a.py::test_x[d]",
                                          "tests/unit/test_b.py::test_z"]
     assert failed_tests(str(tmp_path / "missing.xml")) == []
+
+
+def test_a_fault_is_caught_only_where_a_test_failed_on_it(tmp_path):
+    """A run that exits non-zero with no failed test (a collection error, a timeout, the
+    restart rule) catches nothing; the control must run tests and pass them."""
+    fault = {"name": FAULTS[0].name, "exit": 1, "ran": 0, "failed": []}
+    assert verdict(fault) == "MISSED (exit 1, no test failed)"
+    assert verdict({**fault, "exit": 0, "ran": 5}) == "MISSED"
+    assert verdict({**fault, "failed": ["tests/unit/test_a.py::test_x"]}) == "caught"
+    control = {"name": CONTROL.name, "exit": 0, "ran": 0, "failed": []}
+    assert verdict(control) == "RED (control)"  # nothing ran
+    assert verdict({**control, "ran": 3}) == "green"
+    assert verdict({**control, "ran": 3, "exit": 1}) == "RED (control)"
+    report = tmp_path / "junit.xml"
+    report.write_text(
+        '<testsuites><testsuite><testcase classname="" name="tests.unit.test_a"><error '
+        'message="collection failure">ImportError</error></testcase><testcase '
+        'classname="tests.unit.test_b" name="test_y"/></testsuite></testsuites>')
+    assert junit_cases(str(report)) == (1, [])

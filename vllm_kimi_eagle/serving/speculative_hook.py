@@ -19,11 +19,14 @@ vLLM has read and wrapped the draft's config, before an engine starts or a weigh
    after loading the weights is refused (``draft_checks.py``, as the checks below);
 5. a draft the plugin's class cannot serve here (a quantization it does not load, a vLLM
    whose internals moved) is given the name of vLLM's class, with one line, unless vLLM's
-   class would serve it wrong (``draft_class.py``);
-6. with the plugin's draft class, the checkpoint is checked against its config (the class
-   checks again while loading), a quantized draft this platform would not serve right is
-   refused (``quantization.py``), and vLLM's proposer is told to use the class's greedy
-   shortcut unless the user set the switch or vLLM rejects it (``shortcut_policy.py``).
+   class would serve it wrong (``draft_class.py``); vLLM's class asked for
+   (``VLLM_KIMI_EAGLE_DRAFT=upstream``) is refused where it cannot load the draft, and
+   warned about where it computes otherwise than trained;
+6. whichever class serves it, the checkpoint is checked against its config (the
+   plugin's class checks again while loading, vLLM's never does); with the plugin's
+   class, a quantized draft this platform would not serve right is refused
+   (``quantization.py``), and vLLM's proposer is told to use the class's greedy shortcut
+   unless the user set the switch or vLLM rejects it (``shortcut_policy.py``).
 A draft that cannot be served right stops here with one error naming the file and field;
 anything else that goes wrong here is the plugin's fault and says so (``PluginHookError``).
 How the MLA backend verifies draft tokens is logged by the engine, once it knows its
