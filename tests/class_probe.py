@@ -82,7 +82,7 @@ def unloaded(model, tensors: dict) -> list[str]:
                       and tuple(params[c].shape) == tuple(tensor.shape)), None)
         if param is None:
             continue
-        if not torch.equal(param.detach().cpu().to(tensor.dtype), tensor):
+        if not torch.equal(param.detach().cpu(), tensor.to(param.dtype)):
             found.append(name)
     return sorted(found)
 
@@ -105,7 +105,8 @@ def probe(target: str, cases: dict, patches: tuple[str, ...] = ()) -> dict:
         for name, folder in cases.items():
             found = results[name] = {}
             try:
-                config = EngineArgs(model=target, max_model_len=256, speculative_config={
+                config = EngineArgs(model=target, max_model_len=256, dtype="float32",
+                                    speculative_config={
                     "method": "eagle3", "model": folder, "num_speculative_tokens": 3},
                 ).create_engine_config()
             except Exception as err:
