@@ -30,6 +30,22 @@ ROUTE_WORDS = {"plugin": "the plugin's class", "hand-off": "hand-off to vLLM's c
 ENV = {"plugin": {}, "hand-off": {}, "upstream": {"VLLM_KIMI_EAGLE_DRAFT": "upstream"},
        "fallback": {}}
 MOVED = "vllm.x.DeepseekV2MLAAttention takes no parameter 'input_size' any more (planted)"
+MARKER = "@@route-matrix case: "
+# The line the hook logs where vLLM's class serves a draft otherwise than trained.
+WARNED = "and serves it otherwise than its config.json says"
+
+
+def warnings_by_case(log: str) -> dict:
+    """The hook's warning lines of each case, from a route's log (vLLM logs to stdout, in
+    order with the markers ``run_route`` prints)."""
+    found, case = {}, None
+    for line in log.splitlines():
+        if line.startswith(MARKER):
+            case = line[len(MARKER):]
+            found[case] = []
+        elif case is not None and WARNED in line:
+            found[case].append(line)
+    return found
 
 
 @dataclass(frozen=True)
@@ -200,8 +216,6 @@ def write_case(tiny: str, work: str, case: Case) -> str:
 
 def run_route(tiny: str, work: str, route: str) -> dict:
     """Start-up on every case for one route, in this process: the outcome and the log."""
-    import logging
-
     from vllm_kimi_eagle.compat import release_gate
     from vllm_kimi_eagle.serving import speculative_hook
 
@@ -216,18 +230,10 @@ def run_route(tiny: str, work: str, route: str) -> dict:
 
     from vllm_kimi_eagle.serving import draft_class_entry
 
-    lines: list[str] = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            if record.levelno >= logging.WARNING and "vllm-kimi-eagle" in record.getMessage():
-                lines.append(record.getMessage())
-
-    logging.getLogger("vllm").addHandler(Keep())
     results = {}
     for case in CASES:
         folder = write_case(tiny, work, case)
-        del lines[:]
+        print(f"{MARKER}{case.name}", flush=True)  # the log's lines that follow are its
         try:
             config = EngineArgs(model=os.path.join(tiny, "target"), max_model_len=256,
                                 speculative_config={"method": "eagle3", "model": folder,
@@ -238,8 +244,6 @@ def run_route(tiny: str, work: str, route: str) -> dict:
             outcome = {"started": True}
         except Exception as err:
             outcome = {"started": False, "error": f"{type(err).__name__}: {err}"}
-        outcome["warnings"] = [line for line in lines if "otherwise than its config.json"
-                               in line]
         results[case.name] = outcome
     return results
 

@@ -34,7 +34,11 @@ def outcomes(tiny, work):
                            route_matrix.ENV[route], timeout=900)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         assert proc.returncode == 0 and lines, (route, proc.stdout[-2000:], proc.stderr[-4000:])
-        return json.loads(lines[-1])
+        found = json.loads(lines[-1])
+        warned = route_matrix.warnings_by_case(proc.stdout)
+        for name, outcome in found.items():
+            outcome["warnings"] = warned.get(name, [])
+        return found
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         return dict(zip(route_matrix.ROUTES, pool.map(run, route_matrix.ROUTES)))

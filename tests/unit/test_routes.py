@@ -267,3 +267,13 @@ def test_the_reference_multiplies_the_logits_by_logit_scale_as_vllm_does():
     scaled.load_state_dict(plain.state_dict())
     out = torch.randn(3, spec.hidden_size)
     torch.testing.assert_close(scaled.draft_logits(out), 2.0 * plain.draft_logits(out))
+
+
+def test_the_docs_print_the_in_tree_rows_as_the_code_has_them():
+    import os
+
+    from vllm_kimi_eagle.draft.draft_class import gaps_table
+
+    docs = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs",
+                             "checkpoints.md")).read()
+    assert gaps_table() in docs, "paste draft_class.gaps_table() into docs/checkpoints.md"

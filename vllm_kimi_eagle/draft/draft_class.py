@@ -55,9 +55,14 @@ class Gap:
 
     field: str
     has: Callable[[Needs], bool]
-    what: Callable[[Needs], str]
+    words: str  # what vLLM's class does, as the docs print it
     kind: str  # LOAD or FORWARD
     releases: tuple[Version, Version] = EVERY_RELEASE
+    # The words for this draft, where they depend on it (its filled defaults, its ids).
+    detail: Callable[[Needs], str] | None = None
+
+    def what(self, needs: Needs) -> str:
+        return self.detail(needs) if self.detail else self.words
 
     def holds_on(self, release: Version | None) -> bool:
         """Whether the gap is in the class of vLLM ``release``: a minor outside those read
@@ -66,10 +71,6 @@ class Gap:
         found = newest if release is None else vllm_compat.minor(release)
         found = min(max(found, oldest), newest)
         return self.releases[0] <= found <= self.releases[1]
-
-
-def _says(words: str) -> Callable[[Needs], str]:
-    return lambda needs: words
 
 
 def _in_tree_states(config: DraftConfig) -> int:
@@ -100,50 +101,59 @@ def _filled(field: str) -> Callable[[Needs], str]:
 # What vLLM's in-tree MLA draft class gets wrong (deepseek_eagle3.py, read in 0.26.0-0.33.0;
 # docs/checkpoints.md prints this table with each row's releases).
 IN_TREE_GAPS: tuple[Gap, ...] = (
-    Gap(NOPE_KEY, lambda n: n.positions.nope, _says(
+    Gap(NOPE_KEY, lambda n: n.positions.nope, (
         "it rotates the rope dims this draft reads unrotated (NoPE): a silent acceptance "
         "loss"), FORWARD),
-    Gap("mla_use_output_gate", lambda n: bool(n.config.mla_use_output_gate), _says(
+    Gap("mla_use_output_gate", lambda n: bool(n.config.mla_use_output_gate), (
         "it has no output gate and cannot load g_proj"), LOAD),
     Gap("eagle_config.use_input_layernorm_in_first_layer",
-        lambda n: n.config.nested.use_input_layernorm_in_first_layer is False, _says(
+        lambda n: n.config.nested.use_input_layernorm_in_first_layer is False, (
             "it always applies hidden_norm, which this draft was trained without (at weight "
             "1, the checkpoint having none)"), FORWARD),
     Gap("eagle_config.use_last_layernorm", lambda n: n.config.nested.use_last_layernorm is False,
-        _says("it always applies the final norm, which this draft was trained without (at "
+        ("it always applies the final norm, which this draft was trained without (at "
               "weight 1, the checkpoint having none)"), FORWARD),
     Gap("use_aux_norm", lambda n: bool(n.config.use_aux_norm) and n.config.fc_norm is None,
-        _says("it reads fc_norm only: it builds no fc norms this draft was trained with, and "
+        ("it reads fc_norm only: it builds no fc norms this draft was trained with, and "
               "cannot load their weights"), LOAD),
-    Gap("the rope type (default)", lambda n: n.config.rope.kind == "default", _says(
+    Gap("the rope type (default)", lambda n: n.config.rope.kind == "default", (
         "it rewrites every rope into DeepSeek YaRN and fails building a default one "
         "(KeyError: 'factor')"), LOAD, (Version("0.26"), Version("0.27"))),
     Gap("q_lora_rank", lambda n: "q_lora_rank" in n.config.unwritten,
-        lambda n: _filled("q_lora_rank")(n) + ", and vLLM's class builds q's low-rank "
-        "projection at that rank, where the plugin reads none and the checkpoint holds "
-        "q_proj: it cannot load it", LOAD),
+        "left out, transformers fills its model_type's default (1536 for DeepSeek-V2/V3 "
+        "and kimi_k2), and vLLM's class builds q's low-rank projection at that rank, where "
+        "the plugin reads none and the checkpoint holds q_proj: it cannot load it", LOAD,
+        detail=lambda n: _filled("q_lora_rank")(n) + ", and vLLM's class builds q's "
+        "low-rank projection at that rank, where the plugin reads none and the checkpoint "
+        "holds q_proj: it cannot load it"),
     Gap("q_lora_rank (null)", lambda n: n.config.kv_lora_rank is not None
-        and n.config.q_lora_rank is None and "q_lora_rank" not in n.config.unwritten, _says(
+        and n.config.q_lora_rank is None and "q_lora_rank" not in n.config.unwritten, (
             "its weight loader renames kv_a_proj_with_mqa to the fused q/kv projection, "
             "which it builds only with a q_lora_rank: it cannot load this draft"), LOAD),
     Gap("num_hidden_layers", lambda n: n.config.num_hidden_layers is None,
-        lambda n: (_filled("num_hidden_layers")(n) + ", and vLLM's class builds that many "
-                   "layers, loading one and leaving the rest uninitialised"
-                   if "num_hidden_layers" in n.config.unwritten else
-                   "null or not filled by transformers: vLLM's class cannot build its "
-                   "layers") + "; write num_hidden_layers: 1", LOAD),
+        "left out, transformers fills its model_type's default (61 for DeepSeek-V3 and "
+        "kimi_k2), and vLLM's class builds that many layers, loading one and leaving the "
+        "rest uninitialised; null, it cannot build its layers", LOAD,
+        detail=lambda n: (_filled("num_hidden_layers")(n) + ", and vLLM's class builds "
+                          "that many layers, loading one and leaving the rest uninitialised"
+                          if "num_hidden_layers" in n.config.unwritten else
+                          "null or not filled by transformers: vLLM's class cannot build "
+                          "its layers") + "; write num_hidden_layers: 1"),
     Gap("tensor names", lambda n: any(name.startswith("model.") for name in n.tensor_names),
-        _says("its loader puts 'model.' before every name again and cannot load a "
+        ("its loader puts 'model.' before every name again and cannot load a "
               "checkpoint written under 'model.'"), LOAD),
     Gap("eagle_aux_hidden_state_layer_ids",
         lambda n: _in_tree_states(n.config) != _states(n.config),
-        lambda n: (f"written at the top level only, it lists {_states(n.config)} layers, "
-                   f"and vLLM's class sizes fc for {_in_tree_states(n.config)} captured "
-                   "states (num_aux_hidden_states, else eagle_config's list, else 3): it "
-                   f"cannot load fc.weight; write num_aux_hidden_states: {_states(n.config)}"),
-        LOAD),
+        "written at the top level only, without num_aux_hidden_states, as many ids as not "
+        "3: vLLM's class sizes fc for num_aux_hidden_states, else eagle_config's list, "
+        "else 3 captured states, and cannot load fc.weight", LOAD,
+        detail=lambda n: (f"written at the top level only, it lists {_states(n.config)} "
+                          f"layers, and vLLM's class sizes fc for {_in_tree_states(n.config)}"
+                          " captured states (num_aux_hidden_states, else eagle_config's "
+                          "list, else 3): it cannot load fc.weight; write "
+                          f"num_aux_hidden_states: {_states(n.config)}")),
     Gap("d2t", lambda n: not _pruned(n.config)
-        and any(canonical_name(name) == "d2t" for name in n.tensor_names), _says(
+        and any(canonical_name(name) == "d2t" for name in n.tensor_names), (
             "a draft whose vocabulary is the target's gets no d2t parameter and vLLM's class "
             "cannot load one; remove d2t from the checkpoint (the identity, all zeros)"),
         LOAD, (Version("0.30"), Version("0.33"))),
@@ -252,3 +262,17 @@ def _asked_in_tree(needs: Needs) -> ClassChoice:
             "with the plugin's class."))
     # The fields no draft class serves reach the user as the report's notes.
     return ClassChoice(False, why, warnings=tuple(in_tree_gaps(needs, FORWARD, fields=False)))
+
+
+KIND_WORDS = {LOAD: "cannot load it: refused on every route",
+              FORWARD: "computes otherwise: refused on the hand-off, a warning where asked for"}
+
+
+def gaps_table() -> str:
+    """IN_TREE_GAPS as docs/checkpoints.md prints it."""
+    lines = ["| field | releases | vLLM's class | what it does |", "|---|---|---|---|"]
+    for gap in IN_TREE_GAPS:
+        first, last = gap.releases
+        lines.append(f"| `{gap.field}` | {first}-{last} | {KIND_WORDS[gap.kind]} | "
+                     f"{gap.words} |")
+    return "\n".join(lines)

@@ -235,7 +235,7 @@ def resolve_layer_ids(
             as_written if as_written != written else None,
         )
     _check_range(decision, num_target_layers, can_capture_after_last)
-    _check_count(decision, fc_in_features, target_hidden_size)
+    _check_count(decision, fc_in_features, target_hidden_size, draft_config.source)
     return decision
 
 
@@ -324,16 +324,18 @@ def _check_range(decision: LayerIdDecision, layers: int | None, can_capture_afte
     )
 
 
-def _check_count(decision: LayerIdDecision, fc_in: int | None, hidden: int | None) -> None:
+def _check_count(decision: LayerIdDecision, fc_in: int | None, hidden: int | None,
+                 source: str) -> None:
     if not fc_in or not hidden:
         return
     count = len(decision.capture_ids or vllm_default_ids(3))
     if fc_in % hidden or fc_in // hidden != count:
         raise LayerIdError(
-            f"the draft's fc.weight takes {fc_in} input features, i.e. "
+            f"{source}: the draft's fc.weight (in its checkpoint) takes {fc_in} input "
+            f"features, i.e. "
             f"{fc_in / hidden:g} captured states of the target's hidden size {hidden}, but "
             f"{count} layer ids are given ({decision.written or 'vLLM default'}"
             f" {decision.capture_ids or '(2, L//2, L-3)'}). Give as many ids in {IDS_KEY} as "
-            "the draft was trained with."
+            "the draft was trained with, or export fc.weight again if its shape is wrong."
         )
 
