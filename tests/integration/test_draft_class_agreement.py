@@ -69,6 +69,9 @@ print(json.dumps({{"results": results}}))
 """
 
 PLUGIN_REFUSALS = ("DraftRefusedError", "PluginHookError")
+# The schemes whose scales the plugin knows (quantization.SCHEMES).
+LOADED_BY_THE_PLUGIN = {"ct-0.17-w8a8-int8", "ct-0.9-w8a8-int8", "deepseek-v3-fp8-block",
+                        "transformers-finegrained-fp8"}
 
 
 SWITCHES = {"plugin": {"VLLM_KIMI_EAGLE_DRAFT": "plugin"},
@@ -118,4 +121,16 @@ def test_start_up_and_inspect_decide_the_same_class(tiny, tmp_path, asked):
         assert served["plugin"] == 2 and served["vllm"] > 0 and served["refused"] > 0
         assert "is served by vLLM's in-tree draft class: its quantization is" in result["_log"]
     else:
-        assert served["refused"] == 0 and served["plugin"] == 0
+        assert served["plugin"] == 0
+        # These copies hold the unquantized draft's tensors: for the schemes whose scales
+        # the plugin knows, vLLM's class would compute with scales never loaded, and the
+        # checkpoint check refuses them on this route too; the others are vLLM's to judge.
+        refused = {run["name"] for run in runs if run.get("error", "").startswith(
+            "DraftRefusedError")}
+        if asked == "upstream":
+            assert refused == LOADED_BY_THE_PLUGIN, refused
+            assert all("weight_scale" in run["error"] and "vLLM's in-tree class would leave "
+                       "the scale at its initial value" in run["error"]
+                       for run in runs if run["name"] in refused)
+        else:
+            assert served["refused"] == 0

@@ -275,8 +275,7 @@ for name in ("draft", "draft-k3-nope"):
                        ).create_engine_config()
     try:
         if name == "draft":  # refused nothing; building it needs a device setup
-            draft_class_entry.check_in_tree(built.speculative_config.draft_model_config,
-                                            release_gate.contract_problems_here())
+            draft_class_entry.check_in_tree(built, release_gate.contract_problems_here())
         else:
             cls(vllm_config=built, prefix="")
         found[name] = "built"

@@ -126,7 +126,9 @@ def draft_report(
         spec = spec_from_config(config, served_nope=positions.nope and choice.ours)
     except DraftConfigError as err:
         config_error = err
-    layout = spec if spec is not None else _layout_or_none(config)
+    # What the checkpoint must hold for the class that loads it.
+    layout = spec if spec is not None and choice.ours else _layout_or_none(
+        config, in_tree=not choice.ours)
     checked = layout is not None and tensors and config.kv_lora_rank is not None \
         and asked != OFF
     if checked:
@@ -153,11 +155,11 @@ def draft_report(
                        head_note(known) if checked else None)
 
 
-def _layout_or_none(config: DraftConfig) -> DraftSpec | None:
-    """What the checkpoint must hold, where the config's forward pass was refused (for
-    vLLM's class, a note): None where the config cannot describe a layout either."""
+def _layout_or_none(config: DraftConfig, in_tree: bool) -> DraftSpec | None:
+    """What the checkpoint must hold (``draft_layout``), the config's forward pass
+    refused or not: None where the config cannot describe a layout."""
     try:
-        return draft_layout(config)
+        return draft_layout(config, in_tree)
     except DraftConfigError:
         return None
 

@@ -146,10 +146,11 @@ def _check_architecture(config: DraftConfig) -> None:
             "Use the architecture its training tool wrote.")
 
 
-def draft_layout(config: DraftConfig) -> DraftSpec:
+def draft_layout(config: DraftConfig, in_tree: bool = False) -> DraftSpec:
     """The draft's dimensions and tensors as its config.json describes them, whatever its
-    forward pass: what its checkpoint must hold, for whichever class loads it. A field the
-    layout needs that is missing is a DraftConfigError naming it."""
+    forward pass: what its checkpoint must hold. ``in_tree``: as vLLM's in-tree class
+    reads the fields it reads otherwise (fc_norm alone, never SpecForge's use_aux_norm). A
+    field the layout needs that is missing is a DraftConfigError naming it."""
     source = config.source
     _check_architecture(config)
 
@@ -181,7 +182,7 @@ def draft_layout(config: DraftConfig) -> DraftSpec:
         draft_vocab_size=config.draft_vocab_size or vocab,
         num_aux=config.num_aux_hidden_states or (len(ids) if ids else DEFAULT_NUM_AUX),
         rms_norm_eps=config.rms_norm_eps or 1e-6,
-        fc_norm=bool(config.fc_norm or config.use_aux_norm),
+        fc_norm=bool(config.fc_norm or (config.use_aux_norm and not in_tree)),
         norm_output=bool(config.norm_output),
         norm_before_residual=bool(config.norm_before_residual),
         quantization=quantization,

@@ -69,7 +69,7 @@ def check_checkpoint(draft: DraftAtHand, report: DraftReport, headers: DraftHead
             + "\n  - ".join(problems)
         )
     logger.info("vllm-kimi-eagle: draft checkpoint %s checked against its config "
-                "(headers from the %s), which %s loads: no problem.", draft.model,
+                "(headers from the %s): no problem. Served by %s.", draft.model,
                 headers.where, who)
 
 
