@@ -87,6 +87,22 @@ def unloaded(model, tensors: dict) -> list[str]:
     return sorted(found)
 
 
+def self_check_of(config, model) -> list[str] | None:
+    """The worker's self-check on the built draft, against a target holding the capture
+    ids the plan names (what the runner sets on the real one); None without a plan."""
+    import torch
+
+    from vllm_kimi_eagle.draft.served_draft import attached
+    from vllm_kimi_eagle.serving import self_check
+
+    plan = attached(config.speculative_config.draft_model_config.hf_config)
+    if plan is None:
+        return None
+    target = torch.nn.Module()
+    target.aux_hidden_state_layers = tuple(plan.capture_ids or ())
+    return self_check.check(plan, config.speculative_config, target, model).differences
+
+
 def probe(target: str, cases: dict, patches: tuple[str, ...] = ()) -> dict:
     """For each case (name -> draft folder): how vLLM builds its config, the class it
     builds, what that class loads from the checkpoint and what it is, as built.
@@ -125,6 +141,7 @@ def probe(target: str, cases: dict, patches: tuple[str, ...] = ()) -> dict:
                 continue
             found["built"] = enacted.draft_as_built(model).as_dict()
             found["layers"] = len(model.model.layers)
+            found["self_check"] = self_check_of(config, model)
             found["unloaded"] = unloaded(model, tensors)
             found["d2t_values"] = (None if model.draft_id_to_target_id is None
                                    else model.draft_id_to_target_id.tolist()[:8])

@@ -250,6 +250,7 @@ SAME_WORKER = dict.fromkeys((
     "tests/e2e/test_evaluation_e2e.py",
     "tests/e2e/test_structured_outputs_e2e.py",
     "tests/e2e/test_vllm_server_e2e.py",
+    "tests/e2e/test_running_server_e2e.py",
 ), "the e2e files' shared servers")
 
 

@@ -388,6 +388,12 @@ def _job(llm, job: dict, capture: _Capture | None) -> dict:
 # Also when the engine core imports this file as __mp_main__ (spawn), where the draft loads.
 if os.environ.get(DRAFT_MM_EMBEDDINGS_ENV) == "1":
     _give_draft_mm_embeddings()
+# tests/divergences.py: vLLM made to diverge after the plugin decided.
+if os.environ.get("VLLM_KIMI_EAGLE_PLANTED_DIVERGENCE"):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tests import divergences
+
+    divergences.apply(os.environ[divergences.ENV])
 
 if __name__ == "__main__":
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")

@@ -90,6 +90,8 @@ def _install() -> list[str]:
     from vllm_kimi_eagle.draft.draft_class import asked_class
     from vllm_kimi_eagle.serving.config_alias import register_config_alias
     from vllm_kimi_eagle.serving.mla_detection import install_mla_detection
+    from vllm_kimi_eagle.serving.plan_metric import install_plan_metric
+    from vllm_kimi_eagle.serving.self_check import install_self_check
     from vllm_kimi_eagle.serving.speculative_hook import install_speculative_hook
 
     # On a minor not checked on, whether the plugin's class still fits this vLLM is read
@@ -110,7 +112,10 @@ def _install() -> list[str]:
     register_config_alias()
     install_mla_detection()
     install_speculative_hook(asked=asked)
-    changes.append("kimi_k2 config alias and MLA detection; EAGLE3 layer ids resolved")
+    install_self_check()
+    install_plan_metric()
+    changes.append("kimi_k2 config alias and MLA detection; EAGLE3 layer ids resolved; "
+                   "what vLLM enacts checked where the draft loads, and said on /metrics")
     if ours:
         from vllm_kimi_eagle.serving.draft_config_override import install_draft_config_override
 

@@ -75,13 +75,16 @@ GREEDY_SHORTCUT = Setting("VLLM_KIMI_EAGLE_GREEDY_SHORTCUT", SWITCH_TAKES, _swit
                           "the greedy shortcut may be turned on")
 CPU_MLA_VERIFY = Setting("VLLM_KIMI_EAGLE_CPU_MLA_VERIFY", SWITCH_TAKES, _switch, True,
                          "draft tokens are verified in the CPU MLA decode kernel")
+SELF_CHECK = Setting("VLLM_KIMI_EAGLE_SELF_CHECK", "refuse or warn", _choice("refuse", "warn"),
+                     "refuse", "an engine where vLLM did not do what the plugin decided "
+                     "does not start")
 UNCHECKED_RELEASE = Setting("VLLM_KIMI_EAGLE_UNCHECKED_RELEASE", SWITCH_TAKES, _switch, False,
                             "on a vLLM minor older than those it was checked on the "
                             "plugin changes nothing")
 # What vLLM's processes read (the tools' own variables, such as VLLM_KIMI_EAGLE_TINY_DIR,
 # are read by the tools).
 SETTINGS = (PLUGIN, DRAFT, LAYER_IDS, DRAFT_ROPE_THETA, DRAFT_NOPE, GREEDY_SHORTCUT,
-            CPU_MLA_VERIFY, UNCHECKED_RELEASE)
+            CPU_MLA_VERIFY, SELF_CHECK, UNCHECKED_RELEASE)
 
 
 def read(setting: Setting, environ: Mapping[str, str] = os.environ) -> tuple[object, str | None]:

@@ -126,6 +126,7 @@ def test_the_plugins_class_is_built_as_planned_and_loads_every_tensor(plugin_bui
             "vllm_kimi_eagle.serving.draft_model:Eagle3DeepseekV2ForCausalLM", name
         assert differences(plan(folder, ours=True), found["built"]) == [], name
         assert found["unloaded"] == [], (name, found["unloaded"])
+        assert found["self_check"] == [], (name, found["self_check"])  # the worker's check
     assert results["draft-k3-gate"]["built"]["output_gate"]
     assert results["draft-k3-nope"]["built"]["nope"]
     assert not results["no hidden_norm"]["built"]["hidden_norm"]
@@ -158,6 +159,7 @@ def test_vllms_class_serving_the_plugins_routes_is_built_as_planned(tiny, can_bu
             "vllm.model_executor.models.deepseek_eagle3:"), (name, found)
         assert differences(plan(folder, ours=False), found["built"]) == [], name
         assert found["unloaded"] == [], (name, found["unloaded"])
+        assert found["self_check"] == [], (name, found["self_check"])
 
 
 # What vLLM's class alone does with the draft each in-tree row guards, on this release:

@@ -197,3 +197,38 @@ def test_per_request_sums_are_checked_against_the_window():
     found = analysis.summary({**partial, "window": window}, k=3)
     assert found["distribution"]["requests"] == 2 and found["missing"] == 1
     assert found["consistent"] is None and "1 of 3 requests carried no" in found["missing_note"]
+
+
+def test_acceptance_by_prompt_length_is_bucketed_by_the_servers_count():
+    """Each bucket's requests, their mean per-request length and the length pooled as
+    vLLM's counters pool it; requests without figures or prompt counts left out."""
+    from vllm_kimi_eagle.tools.compare import analysis
+
+    def request(prompt, histogram):
+        return {"id": str(prompt), "prompt_tokens": prompt,
+                "acceptance": {"histogram": histogram, "draft_tokens": 3 * sum(histogram),
+                               "acceptance_length": None}}
+
+    variant = {"requests": [request(100, [0, 0, 0, 4]), request(400, [4, 0, 0, 0]),
+                            request(3000, [1, 1, 0, 0]), {"id": "x", "error": "timeout"},
+                            {"id": "y", "prompt_tokens": 50, "acceptance": None}]}
+    assert analysis.by_prompt_length(variant) == [
+        {"prompt_tokens": "0-512", "requests": 2, "mean": 2.5, "pooled": 2.5},
+        {"prompt_tokens": "2049-8192", "requests": 1, "mean": 1.5, "pooled": 1.5}]
+    assert analysis.bucket_name(512) == "0-512" and analysis.bucket_name(40000) == "32769+"
+
+
+def test_servers_already_running_are_settings_of_their_own():
+    from vllm_kimi_eagle.tools.compare import cli, run
+
+    args = cli.parse_args(["--url", "k3=http://127.0.0.1:8001", "--url",
+                           "no-draft=http://127.0.0.1:8000", "--tiny-prompts", "4"])
+    assert [(s.name, s.url, s.speculative is None) for s in args.settings] == [
+        ("k3", "http://127.0.0.1:8001", False), ("no-draft", "http://127.0.0.1:8000", True)]
+    for bad in (["--url", "k3=localhost:8000"], ["--url", "no-draft=http://h:1"]):
+        with pytest.raises(ValueError):
+            run.running(bad[1:])
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--url", "k3=http://h:1", "--target", "t", "--tiny-prompts", "4"])
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--tiny-prompts", "4"])

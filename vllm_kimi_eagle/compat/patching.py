@@ -153,10 +153,14 @@ def wrap_method(
             module_name, class_name, method, type(static).__name__, consequence)
         return False
     original = static if kind == "function" else static.__func__
-    if getattr(original, _MARK, False):
+    # The wrappers already around the method, by their maker: one of each, another may
+    # wrap it too (the CPU runner's load_model carries the memory mend and the self-check).
+    marks = getattr(original, _MARK, frozenset())
+    maker = f"{make_wrapper.__module__}.{make_wrapper.__qualname__}"
+    if maker in marks:
         return True
     wrapper = make_wrapper(original)
-    setattr(wrapper, _MARK, True)
+    setattr(wrapper, _MARK, marks | {maker})
     wrapper.__wrapped__ = original
     wrapper.__name__ = getattr(original, "__name__", method)
     # Pickled by reference (vLLM ships draft hf_overrides to engine processes): the

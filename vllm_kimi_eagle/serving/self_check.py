@@ -2,16 +2,28 @@
 the draft's config, ``served_draft.py``) against what vLLM built (``enacted.py``).
 
 ``expected_draft`` is the draft as the plan says it must be built, for the class that
-serves it; ``differences`` names each fact where the two part, with both values. Pure
-functions: the worker's check and the tests call them on live objects.
+serves it; ``differences`` names each fact where the two part, with both values (pure
+functions). ``check_runner`` runs in every worker once its model runner has loaded the
+target and the draft (``install_self_check`` wraps the runners' load_model): the capture
+ids on the target, the class serving the draft, the draft as built, the greedy shortcut
+flag, each against the plan; a difference stops the engine with one error line each. What
+each worker read goes to a file the server's /metrics reads (``plan_metric.py``).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
 
 from vllm_kimi_eagle.draft.draft_config import DraftConfig
 from vllm_kimi_eagle.draft.draft_spec import DraftSpec
+
+logger = logging.getLogger(f"vllm.{__name__}")  # under vLLM's log handler
 
 # Rope types vLLM's MLA attention serves as DeepSeek YaRN (deepseek_v2.py: every type but
 # default, unless attention_factor is 1.0, which the record refuses).
@@ -69,3 +81,213 @@ def differences(expected: dict, built: dict) -> list[str]:
         if not same:
             found.append(f"{name}: planned {planned!r}, built {enacted!r}")
     return found
+
+
+# ---- the check where vLLM serves the draft: every worker, once its models loaded ----------
+# Where each worker writes what it checked, for the server's /metrics (plan_metric.py):
+# set by the speculative hook in the process that builds the config, inherited by the
+# engine and its workers.
+RECORDS_ENV = "VLLM_KIMI_EAGLE_ENACTED_DIR"
+# The classes serving the draft, by the hook's decision.
+CLASS_PREFIXES = {"plugin": ("vllm_kimi_eagle.",),
+                  "vllm": ("vllm.model_executor.models.deepseek_eagle3:",)}
+
+
+class SelfCheckError(RuntimeError):
+    """vLLM did not do what the plugin decided for the draft: the engine does not start."""
+
+
+@dataclass
+class Checked:
+    """What one worker read off vLLM's objects, and where it parts from the plan."""
+
+    draft: str
+    enacted: dict = field(default_factory=dict)
+    differences: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def record(self, plan, rank: str) -> dict:
+        return {"draft": self.draft, "rank": rank, "pid": os.getpid(),
+                "plugin_version": plugin_version(), "plan": plan_summary(plan),
+                "enacted": self.enacted, "differences": self.differences,
+                "seconds": round(self.seconds, 6)}
+
+
+def plugin_version() -> str:
+    """The installed plugin's version (its package metadata), or "unknown"."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("vllm-kimi-eagle")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def plan_summary(plan) -> dict:
+    """The plan as the info metric and ``status`` print it."""
+    return {"draft_class": plan.draft_class, "capture_ids": plan.capture_ids,
+            "convention": plan.convention, "nope": plan.nope,
+            "rope_theta": plan.rope_theta, "shortcut": plan.shortcut}
+
+
+def check(plan, spec_config, target, draft, drafter=None) -> Checked:
+    """The plan against vLLM's live objects: the capture ids on the target, the class
+    serving the draft, the draft as built, the greedy shortcut flag as the proposer
+    (``drafter``) reads it."""
+    from vllm_kimi_eagle.draft.draft_spec import draft_layout, spec_from_config
+    from vllm_kimi_eagle.serving import enacted
+
+    started = time.perf_counter()
+    found = Checked(spec_config.draft_model_config.model)
+    ours = plan.draft_class != "vllm"
+    captured = enacted.target_capture_ids(target) if target is not None else None
+    found.enacted["capture_ids"] = list(captured) if captured is not None else None
+    if plan.capture_ids is not None and captured != tuple(plan.capture_ids):
+        found.differences.append(f"capture ids on the target: planned "
+                                 f"{list(plan.capture_ids)}, enacted "
+                                 f"{found.enacted['capture_ids']}")
+    if draft is not None:
+        built = enacted.draft_as_built(draft)
+        found.enacted.update(built.as_dict())
+        if plan.draft_class in CLASS_PREFIXES and \
+                not built.draft_class.startswith(CLASS_PREFIXES[plan.draft_class]):
+            found.differences.append(f"class serving the draft: planned {plan.draft_class}'s, "
+                                     f"enacted {built.draft_class}")
+        config = plan.config
+        spec = spec_from_config(config, served_nope=plan.nope and ours) if ours \
+            else draft_layout(config, in_tree=True)
+        expected = expected_draft(spec, config, ours=ours, nope=plan.nope,
+                                  rope_theta=plan.rope_theta)
+        found.differences += [f"draft as built: {line}"
+                              for line in differences(expected, built.as_dict())]
+    flag = enacted.shortcut_flag(spec_config, drafter)
+    found.enacted["shortcut"] = flag
+    if plan.shortcut is not None and flag != plan.shortcut:
+        found.differences.append(f"greedy shortcut (use_local_argmax_reduction): planned "
+                                 f"{plan.shortcut}, enacted {flag}")
+    found.seconds = time.perf_counter() - started
+    return found
+
+
+def _rank() -> str:
+    """This worker's tensor- and data-parallel rank, in words ("tp0", "dp1-tp3")."""
+    try:
+        from vllm.distributed import parallel_state
+
+        tp = parallel_state.get_tensor_model_parallel_rank()
+        dp = getattr(parallel_state.get_dp_group(), "rank_in_group", 0)
+        return f"dp{dp}-tp{tp}" if dp else f"tp{tp}"
+    except Exception:  # no distributed state (a test's process)
+        return "tp0"
+
+
+def check_runner(runner) -> Checked | None:
+    """The self-check on a model runner that has just loaded its models: None where the
+    plugin decided nothing for its draft (no EAGLE3 draft, or one the plugin left to vLLM).
+    A difference is one ERROR line each, and the engine does not start
+    (VLLM_KIMI_EAGLE_SELF_CHECK=warn: a warning line, and it starts)."""
+    from vllm_kimi_eagle import settings
+    from vllm_kimi_eagle.draft.served_draft import attached
+    from vllm_kimi_eagle.serving import enacted
+
+    spec_config, target, drafter, draft = enacted.runner_parts(runner)
+    if spec_config is None or getattr(spec_config, "method", None) != "eagle3" \
+            or spec_config.draft_model_config is None:
+        return None
+    plan = attached(spec_config.draft_model_config.hf_config)
+    if plan is None or plan.draft_class is None:
+        return None
+    rank = _rank()
+    try:
+        found = check(plan, spec_config, target, draft, drafter)
+    except Exception as err:  # a reader that does not fit this vLLM: never a failed start
+        logger.warning("vllm-kimi-eagle: self-check (%s) could not read what vLLM built for "
+                       "%s (%s: %s); the engine starts unchecked. Please report it with "
+                       "your vLLM version.", rank, spec_config.draft_model_config.model,
+                       type(err).__name__, err)
+        return None
+    _write_record(found.record(plan, rank))
+    if not found.differences:
+        logger.info("vllm-kimi-eagle: self-check (%s): vLLM enacted what the plugin "
+                    "decided for %s: capture ids %s, %s class, %s, rope base %s, greedy "
+                    "shortcut %s (read in %.1f ms)", rank, found.draft, plan.capture_ids,
+                    plan.draft_class, "NoPE" if found.enacted.get("nope") else "RoPE",
+                    found.enacted.get("rope_base"), found.enacted.get("shortcut"),
+                    found.seconds * 1000)
+        return found
+    refuse = settings.value(settings.SELF_CHECK) == "refuse"
+    log = logger.error if refuse else logger.warning
+    for line in found.differences:
+        log("vllm-kimi-eagle: self-check (%s) of %s: vLLM did not do what the plugin "
+            "decided: %s", rank, found.draft, line)
+    if refuse:
+        raise SelfCheckError(
+            f"vllm-kimi-eagle: vLLM did not serve the draft {found.draft} as the plugin "
+            f"decided ({len(found.differences)} difference(s), {rank}): "
+            + "; ".join(found.differences) + ". The engine does not start: served so, the "
+            "draft would propose otherwise than trained. Report it with your vLLM version; "
+            f"{settings.SELF_CHECK.name}=warn starts it anyway, with these lines as "
+            "warnings.")
+    return found
+
+
+def records_folder() -> str:
+    """The folder this server's workers write their records to (RECORDS_ENV): made once in
+    the process that builds the config, before the engine starts, and removed when that
+    process ends; the engine's processes inherit it."""
+    import atexit
+    import shutil
+
+    folder = os.environ.get(RECORDS_ENV)
+    if not folder:
+        folder = tempfile.mkdtemp(prefix="vllm-kimi-eagle-enacted-")
+        os.environ[RECORDS_ENV] = folder
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def _write_record(record: dict) -> None:
+    """This worker's record, where the server's /metrics reads it (RECORDS_ENV)."""
+    folder = os.environ.get(RECORDS_ENV)
+    if not folder or not os.path.isdir(folder):
+        return
+    path = os.path.join(folder, f"{record['rank']}-{record['pid']}.json")
+    with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
+        json.dump(record, f)
+    os.replace(f.name, path)
+
+
+def records(folder: str | None = None) -> list[dict]:
+    """Every worker's record of this server (RECORDS_ENV), oldest first."""
+    folder = folder or os.environ.get(RECORDS_ENV)
+    if not folder or not os.path.isdir(folder):
+        return []
+    found = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".json"):
+            try:
+                with open(os.path.join(folder, name)) as f:
+                    found.append(json.load(f))
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def install_self_check() -> None:
+    """Run ``check_runner`` after each model runner's load_model, in the processes that
+    import a runner (the engine's workers); nothing in any other process."""
+    from vllm_kimi_eagle.compat import patching, vllm_compat
+
+    def make_load(original):
+        def load_model(self, *args, **kwargs):
+            result = original(self, *args, **kwargs)
+            check_runner(self)
+            return result
+
+        return load_model
+
+    for location in vllm_compat.MODEL_RUNNERS:
+        patching.when_imported(location[0], lambda location=location: patching.wrap_method(
+            location, vllm_compat.MODEL_RUNNER_LOAD, make_load,
+            "the plugin cannot check in this runner that vLLM serves the draft as it "
+            "decided."))

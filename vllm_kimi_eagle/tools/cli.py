@@ -58,6 +58,7 @@ TOOL_MODULES = {
     "lm-eval": "vllm_kimi_eagle.tools.evaluation.lm_eval_cli",
     "compare": "vllm_kimi_eagle.tools.compare.cli",
     "kimi-width": "vllm_kimi_eagle.tools.kimi_width.cli",
+    "status": "vllm_kimi_eagle.tools.status",
 }
 
 
@@ -112,6 +113,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve one target with two or more speculative settings and compare them on "
              "the same requests: per-request acceptance, a 95%% interval, the chat "
              "template's cost (--help for options)",
+    )
+    commands.add_parser(
+        "status",
+        help="what a running vLLM server does with its draft: the plugin's plan as its "
+             "workers enacted it, live acceptance over a window, a hint where it looks "
+             "misread (--help for options)",
     )
     commands.add_parser(
         "bench-e2e",

@@ -76,9 +76,47 @@ def template_cost(runs: dict) -> dict:
             if name != NO_DRAFT and speculates(run) and "raw" in run["variants"]}
 
 
+# Prompt lengths (tokens) the acceptance is reported by: long context is where Kimi's
+# agentic traffic lives, and where a draft's acceptance decays.
+PROMPT_BUCKETS = (512, 2048, 8192, 32768)
+
+
+def bucket_name(tokens: int) -> str:
+    low = 0
+    for high in PROMPT_BUCKETS:
+        if tokens <= high:
+            return f"{low + 1 if low else 0}-{high}"
+        low = high
+    return f"{low + 1}+"
+
+
+def by_prompt_length(variant: dict) -> list[dict]:
+    """Per prompt-length bucket (tokens, as the server counted them): the requests with
+    per-request figures, their mean acceptance length and their pooled one (the
+    bucket's accepted tokens over its drafts, as vLLM's counters pool)."""
+    buckets: dict[str, list[request_metrics.RequestAcceptance]] = {}
+    for request in answered(variant):
+        if request.get("acceptance") and request.get("prompt_tokens") is not None:
+            figures = request_metrics.RequestAcceptance.from_dict(request["acceptance"])
+            if figures.steps:
+                buckets.setdefault(bucket_name(request["prompt_tokens"]), []).append(figures)
+    order = [bucket_name(high) for high in PROMPT_BUCKETS] + \
+        [f"{PROMPT_BUCKETS[-1] + 1}+"]
+    found = []
+    for name in sorted(buckets, key=order.index):
+        figures = buckets[name]
+        pooled = request_metrics.counters(figures).acceptance_length
+        found.append({"prompt_tokens": name, "requests": len(figures),
+                      "mean": round(statistics.fmean(f.acceptance_length for f in figures), 4),
+                      "pooled": round(pooled, 4)})
+    return found
+
+
 def greedy_agreement(runs: dict) -> dict:
     """Per setting and variant: greedy requests compared with the no-draft server's
-    answers, and the ids of those that differ."""
+    answers, and the ids of those that differ (none without that server)."""
+    if NO_DRAFT not in runs:
+        return {}
     reference = runs[NO_DRAFT]["variants"]
     result = {}
     for name, run in runs.items():
@@ -110,7 +148,9 @@ def failures(runs: dict) -> list[str]:
 
 def round_speedups(runs: dict) -> dict[str, list[float]]:
     """Per setting and variant: output tokens/s over the no-draft server's in the same
-    round, one figure per round."""
+    round, one figure per round (none without that server)."""
+    if NO_DRAFT not in runs:
+        return {}
     reference = runs[NO_DRAFT]["variants"]
     found = {}
     for name, run in runs.items():

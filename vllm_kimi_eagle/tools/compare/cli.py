@@ -18,7 +18,13 @@ from vllm_kimi_eagle.tools.models import model_source
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="vllm-kimi-eagle compare", description=DESCRIPTION,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", required=True, help="target model (path or hub id) to serve")
+    p.add_argument("--target", help="target model (path or hub id) to serve; not with --url")
+    p.add_argument("--url", action="append", default=[],
+                   help="a server already running, one per setting (repeatable): NAME=URL, "
+                        "e.g. k3=http://127.0.0.1:8000; no-draft=URL names the server "
+                        "without a draft the greedy answers and speedups are held to. "
+                        "Start them with --per-request-spec-decode-metrics summary for "
+                        "per-request figures. Instead of --target, --draft and --config")
     p.add_argument("--draft", action="append", default=[],
                    help="a draft to compare (repeatable): EAGLE3 at --num-speculative-tokens, "
                         "named by its folder")
@@ -67,9 +73,16 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error(f"--rounds {args.rounds}: at least 1")
+    if args.url and (args.target or args.draft or args.config or args.env or args.side_by_side
+                     or args.server_arg):
+        p.error("--url compares servers already running: give no --target, --draft, "
+                "--config, --env, --server-arg or --side-by-side with it")
+    if not args.url and not args.target:
+        p.error("give --target (the model to serve with each setting) or --url (servers "
+                "already running)")
     try:
-        args.settings = run.settings(args.config, args.draft, args.num_speculative_tokens,
-                                     args.env)
+        args.settings = run.running(args.url) if args.url else run.settings(
+            args.config, args.draft, args.num_speculative_tokens, args.env)
     except ValueError as err:
         p.error(str(err))
     return args
@@ -83,7 +96,8 @@ BATCH_NOTE = ("; at concurrency {} the batches differ between servers, and on a 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    target = model_source.local_folder(args.target, "--target")
+    target = model_source.local_folder(args.target, "--target") if args.target else \
+        ", ".join(f"{s.name}={s.url}" for s in args.settings)
     try:
         if args.prompts:
             requests = traffic.read_jsonl(args.prompts, args.limit)
@@ -103,9 +117,14 @@ def main(argv: list[str] | None = None) -> int:
         notes.append(report.FALLBACK.format(
             why=f"vLLM {version} has no {request_metrics.FLAG} (from {request_metrics.FROM})"))
         say(notes[-1])
-    everyone = [run.Setting(run.NO_DRAFT, None), *args.settings]
+    everyone = args.settings if args.url else [run.Setting(run.NO_DRAFT, None), *args.settings]
     runs = run.measure_all(everyone, target, requests, args, out, version)
-    k = max((s.speculative or {}).get("num_speculative_tokens", 1) for s in everyone)
+    k = max([(s.speculative or {}).get("num_speculative_tokens", 1) for s in everyone]
+            + [len(v["window"]["acceptance_by_position"]) for r in runs.values()
+               for v in r["variants"].values()])
+    if args.url and run.NO_DRAFT not in runs:
+        notes.append("no --url no-draft=URL: greedy answers and speedups are not held to a "
+                     "server without a draft")
     summaries = {f"{name}/{variant}": analysis.summary(figures, k)
                  for name, r in runs.items() if name != run.NO_DRAFT
                  for variant, figures in r["variants"].items()}
@@ -135,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         "concurrency": args.concurrency, "k": k, "vllm": str(version), "runs": runs,
         "summaries": summaries, "comparisons": analysis.comparisons(runs),
         "template_cost": analysis.template_cost(runs), "greedy": greedy,
+        "by_prompt_length": {key: analysis.by_prompt_length(run["variants"][key.split("/")[1]])
+                             for key in summaries
+                             for run in [runs[key.split("/")[0]]]},
         "speedups": analysis.speedups(runs), "speed": analysis.speed_verdicts(runs),
         "notes": notes,
     }

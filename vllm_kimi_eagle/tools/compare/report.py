@@ -37,6 +37,11 @@ def markdown(report: dict) -> str:
             lines.append(f"| {name} | {variant} | {len(figures['requests'])} | {length} | "
                          f"{positions} | {figures['tokens_per_s']} | {speedup} | {same} |")
     lines.append("")
+    for key, buckets in report.get("by_prompt_length", {}).items():
+        if buckets:
+            lines.append(f"- {key} by prompt length (tokens): " + "; ".join(
+                f"{b['prompt_tokens']}: {b['mean']} mean, {b['pooled']} pooled over "
+                f"{b['requests']} requests" for b in buckets))
     lines += [f"- speed: {line}" for line in report.get("speed", [])]
     lines += [f"- {c['verdict']}" for c in report["comparisons"]]
     lines += [f"- template: {c['verdict']}" for c in report["template_cost"].values()]

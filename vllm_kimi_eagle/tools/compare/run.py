@@ -20,10 +20,12 @@ NO_DRAFT = "no-draft"
 @dataclass(frozen=True)
 class Setting:
     """One way to serve the target: a speculative config (None: no draft) and the
-    environment variables it differs by (e.g. VLLM_KIMI_EAGLE_LAYER_IDS)."""
+    environment variables it differs by (e.g. VLLM_KIMI_EAGLE_LAYER_IDS); or a server
+    already running at ``url`` (``--url``), served as its operator started it."""
     name: str
     speculative: dict | None
     env: dict = field(default_factory=dict)
+    url: str | None = None
 
 
 def variants(requests: list[Request], raw: bool) -> list[str]:
@@ -74,6 +76,7 @@ def send_all(server: vllm_server.Server, model: str, requests: list[Request], ra
         acceptance = request_metrics.from_response(answer)
         return dict(record, text=choice.get("text", (choice.get("message") or {}).get("content")),
                     output_tokens=answer["usage"]["completion_tokens"],
+                    prompt_tokens=answer["usage"].get("prompt_tokens"),
                     acceptance=None if acceptance is None else acceptance.as_dict())
 
     before = server.scrape()
@@ -95,7 +98,17 @@ def send_all(server: vllm_server.Server, model: str, requests: list[Request], ra
 
 @contextmanager
 def started(setting: Setting, target: str, args, out: str, version):
-    """A setting's server, up; yields (server, its record so far)."""
+    """A setting's server, up; yields (server, its record so far). A running server
+    (``setting.url``) is used as it is: what it speculates with is read off its /metrics."""
+    if setting.url is not None:
+        server = vllm_server.Server(setting.url.rstrip("/"), log_path="")
+        say(f"[{setting.name}] the server at {setting.url}")
+        scrape = server.scrape()
+        record = {"speculative_config": ({"server": setting.url}
+                                         if spec_metrics.has_spec_counters(scrape) else None),
+                  "env": {}, "server_args": [], "url": setting.url, "variants": {}}
+        yield server, record
+        return
     speculative = setting.speculative is not None
     extra = vllm_server.server_args(args.server_arg)
     extra += request_metrics.server_args(speculative, version)
@@ -204,6 +217,26 @@ def parse_envs(entries: list[str]) -> dict[str, dict]:
                              "base:VLLM_KIMI_EAGLE_LAYER_IDS=output-of")
         envs.setdefault(name, {})[var] = value
     return envs
+
+
+def running(urls: list[str]) -> list[Setting]:
+    """--url NAME=URL entries: servers already running, one per setting; the one named
+    no-draft, if any, is the reference the greedy answers and speedups are held to."""
+    found = []
+    for entry in urls:
+        name, sep, url = entry.partition("=")
+        if not (sep and name and url.startswith(("http://", "https://"))):
+            raise ValueError(f"--url {entry!r}: expected NAME=URL, e.g. "
+                             "k3=http://127.0.0.1:8000 (no-draft=URL for the server "
+                             "without a draft)")
+        found.append(Setting(name, None if name == NO_DRAFT else {"server": url}, url=url))
+    names = [s.name for s in found]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"--url names must be unique: {', '.join(twice)}")
+    if len([s for s in found if s.name != NO_DRAFT]) < 1:
+        raise ValueError("--url: give at least one server with a draft (NAME=URL)")
+    return found
 
 
 def settings(configs: list[str], drafts: list[str], k: int, env_entries: list[str]
