@@ -83,7 +83,7 @@ FAULTS = (
 )
 
 
-# The suite on the copy as it is (--control): green, or no red says anything.
+# The suite on the copy as it is, run first: green, or no red says anything.
 CONTROL = Fault("control", "", "", "", "none: no fault planted")
 
 
