@@ -68,3 +68,6 @@ def test_tensor_parallel_2_shortcut_is_exact(tiny):
     assert on["acceptance_by_position"] == off["acceptance_by_position"]
     ranks = run["replicated_checksums"]
     assert len(ranks) == 2 and ranks[0] == ranks[1], ranks
+    # Each rank's worker checked what vLLM built against the plan (serving/self_check.py).
+    for rank in (0, 1):
+        assert f"self-check (tp{rank}): vLLM enacted what the plugin decided" in run["_log"]

@@ -116,3 +116,19 @@ def test_compare_on_running_servers_gives_what_compare_starting_them_gives(
     assert ours["greedy"] == theirs["greedy"]
     assert ours["by_prompt_length"]["draft/sent"] == theirs["by_prompt_length"]["draft/sent"]
     assert "by prompt length (tokens): 0-512" in on_running.stdout
+
+
+def test_bench_e2e_measures_servers_already_running(shared_servers, tmp_path):
+    """bench-e2e --url on the shared pair: the plugin's server at k=3 against the one
+    without speculation, its windows checked to have drafted, no server started."""
+    done = run_cli("bench-e2e", "--url", f"none={shared_servers['none'].base_url}",
+                   "--url", f"plugin:3={shared_servers['draft'].base_url}",
+                   "--concurrency", "1", "--repeats", "1", "--max-tokens", "16",
+                   "--prompts", "2", "--out", str(tmp_path / "bench"), timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.load(open(tmp_path / "bench" / "bench-e2e.json"))
+    cells = {(c["config"], c["k"], c["concurrency"]): c for c in result["cells"]}
+    plugin = cells[("plugin", 3, 1)]
+    print(f"\n{done.stdout[-600:]}")
+    assert plugin["acceptance_length"] > 1.0, plugin
+    assert "starting" not in done.stderr

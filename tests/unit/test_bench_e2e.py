@@ -405,3 +405,27 @@ def test_schedule_files_follow_what_is_served(tmp_path):
     paths = write_schedule(str(tmp_path), {**part, "schedule": spec[
         "num_speculative_tokens_per_batch_size"], "speculative_config": spec}, [])
     assert json.loads((tmp_path / "schedule.json").read_text()) == spec
+
+
+def test_servers_already_running_fill_the_grid_each_cell_given_once():
+    from vllm_kimi_eagle.tools.bench_e2e import cli
+    from vllm_kimi_eagle.tools.bench_e2e.grid import running_servers
+
+    args = cli.parse_args(["--url", "none=http://h:1/", "--url", "plugin:3=http://h:2",
+                           "--url", "plugin:2=http://h:3", "--concurrency", "1,4"])
+    assert args.urls == {("none", None): "http://h:1", ("plugin", 3): "http://h:2",
+                         ("plugin", 2): "http://h:3"}
+    assert (args.k, args.configs) == ([2, 3], ["none", "plugin"])
+    for entries, words in (
+            (["plugin:3=http://h:2"], "give the server without speculation too"),
+            (["none=http://h:1", "plugin=http://h:2"], "takes the k its server drafts"),
+            (["none:3=http://h:1", "plugin:3=http://h:2"], "drafts nothing"),
+            (["none=http://h:1", "plugin:3=http://h:2", "in-tree:2=http://h:3"],
+             "missing: in-tree:3, plugin:2"),
+            (["none=h:1", "plugin:3=http://h:2"], "expected CONFIG[:K]=URL"),
+            (["none=http://h:1", "plugin:3=http://h:2", "plugin:3=http://h:4"], "given twice")):
+        with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
+            running_servers(entries)
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--url", "none=http://h:1", "--url", "plugin:3=http://h:2",
+                        "--schedule"])

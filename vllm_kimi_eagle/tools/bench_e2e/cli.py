@@ -23,6 +23,7 @@ from vllm_kimi_eagle.tools.bench_e2e.grid import (
     BenchError,
     bench_server_args,
     plugin_problem,
+    running_servers,
     settings,
 )
 from vllm_kimi_eagle.tools.bench_e2e.measure import run
@@ -100,9 +101,29 @@ def parse_args(argv):
                    help="derive a num_speculative_tokens_per_batch_size schedule from the "
                         "measured best k per concurrency, serve it beside no speculation and "
                         "the best fixed k, and write OUT/schedule.json and OUT/summary.json")
+    p.add_argument("--url", action="append", default=[],
+                   help="a server already running for one cell of the grid (repeatable): "
+                        "CONFIG[:K]=URL, e.g. none=http://10.0.0.1:8000 "
+                        "plugin:3=http://10.0.0.2:8000; the grid's configurations and k "
+                        "are those given (each speculative one at every k). Instead of "
+                        "--target, --draft, --k, --configs and --server-args; no --schedule")
     p.add_argument("--out", default="out/bench-e2e")
     args = p.parse_args(argv)
-    if bool(args.target) != bool(args.draft):
+    args.urls = {}
+    if args.url:
+        given = [name for name in ("target", "draft", "k", "configs", "max_servers")
+                 if getattr(args, name) is not None] + \
+            ["server_args"] * bool(args.server_args) + ["schedule"] * args.schedule
+        if given:
+            p.error(f"--url measures servers already running: give no "
+                    f"{', '.join('--' + g.replace('_', '-') for g in given)} with it")
+        try:
+            args.urls = running_servers(args.url)
+        except ValueError as err:
+            p.error(str(err))
+        args.k = sorted({k for _, k in args.urls if k is not None})
+        args.configs = [c for c in CONFIGS if any(c == config for config, _ in args.urls)]
+    elif bool(args.target) != bool(args.draft):
         p.error("give both --target and --draft, or neither (the tiny models)")
     return args
 
@@ -110,8 +131,10 @@ def parse_args(argv):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     started = time.perf_counter()
-    args.target_is_tiny = not args.target
-    if args.target_is_tiny:
+    args.target_is_tiny = not args.target and not args.urls
+    if args.urls:
+        args.target = args.draft = None
+    elif args.target_is_tiny:
         from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models
 
         folder = ensure_tiny_models()
@@ -120,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         args.target = model_source.local_folder(args.target, "--target")
         args.draft = model_source.local_folder(args.draft, "--draft")
     grid = settings(args)
-    problem = plugin_problem(grid["configs"], os.environ) or (
+    problem = None if args.urls else plugin_problem(grid["configs"], os.environ) or (
         schedule_problem(grid["configs"], os.environ, args.server_args,
                          vllm_server.cpu_platform()) if args.schedule else None)
     if problem:
@@ -128,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
-    print(f"bench-e2e: {args.target} with {args.draft}; k {grid['k']}, concurrency "
+    served = (f"servers at {', '.join(sorted(set(args.urls.values())))}" if args.urls
+              else f"{args.target} with {args.draft}")
+    print(f"bench-e2e: {served}; k {grid['k']}, concurrency "
           f"{grid['concurrency']}, {grid['repeats']} repeats, {grid['prompts']} prompts x "
           f"{grid['max_tokens']} tokens, configs {','.join(grid['configs'])}, servers at once: "
           f"{grid['max_servers'] or 'all of one k'}; server args: "

@@ -148,6 +148,39 @@ def settings(args) -> dict:
             for name in DEFAULTS}
 
 
+def running_servers(entries: list[str]) -> dict[tuple[str, int | None], str]:
+    """--url CONFIG[:K]=URL entries, as (configuration, k) -> URL: servers already running,
+    one per cell of the grid (``none``, and every speculative configuration at every k
+    given); a missing cell or an unknown configuration is a ValueError naming it."""
+    found: dict[tuple[str, int | None], str] = {}
+    for entry in entries:
+        cell, sep, url = entry.partition("=")
+        config, colon, k_text = cell.partition(":")
+        if not sep or not url.startswith(("http://", "https://")) or config not in CONFIGS:
+            raise ValueError(f"--url {entry!r}: expected CONFIG[:K]=URL with CONFIG one of "
+                             f"{', '.join(CONFIGS)}, e.g. none=http://10.0.0.1:8000 or "
+                             "plugin:3=http://10.0.0.2:8000")
+        speculative = CONFIGS[config].speculative
+        if speculative != bool(colon) or (colon and not k_text.isdigit()):
+            raise ValueError(f"--url {entry!r}: {config} "
+                             + ("takes the k its server drafts, e.g. plugin:3=URL"
+                                if speculative else "drafts nothing: give it without :K"))
+        key = (config, int(k_text) if colon else None)
+        if key in found:
+            raise ValueError(f"--url {cell}: given twice")
+        found[key] = url.rstrip("/")
+    if (NONE, None) not in found:
+        raise ValueError("--url: give the server without speculation too (none=URL): every "
+                         "speedup is over it")
+    ks = sorted({k for _, k in found if k is not None})
+    configs = sorted({c for c, k in found if k is not None})
+    missing = [f"{c}:{k}" for c in configs for k in ks if (c, k) not in found]
+    if not ks or missing:
+        raise ValueError("--url: every speculative configuration needs a server at every k "
+                         f"measured (k {ks}); missing: {', '.join(missing) or 'any'}")
+    return found
+
+
 def bench_server_args(user: list[str], tiny_default: bool) -> list[str]:
     """The servers' arguments: the user's, the eval's visible defaults for flags they do
     not give (--seed 0), and eager mode for the tiny models when the user gave none."""

@@ -116,12 +116,25 @@ class LiveServers:
 
     def start(self, stack: ExitStack, name: str, config: str, spec: dict | None) -> None:
         """Server ``name`` for ``stack``'s lifetime: started and warmed up, or the one
-        already up with the same configuration and speculative config."""
+        already up with the same configuration and speculative config, or the one running
+        at the URL given for the cell (``--url``, left running)."""
         key = (config, json.dumps(spec, sort_keys=True))
         if self.up.get(key) in self.servers:
             self.servers[name] = self.servers[self.up[key]]
             stack.callback(self.servers.pop, name, None)
             self.say(f"{name}: the server already up as {self.up[key]}")
+            return
+        urls = getattr(self.args, "urls", None)
+        if urls:
+            url = urls[(NONE if config == AA else config,
+                        spec["num_speculative_tokens"] if spec else None)]
+            server = vllm_server.Server(url, log_path=f"the server at {url}")
+            model = server.model_name()
+            self.say(f"{name}: the server at {url}, warming up")
+            measure_window(server, model, self.prompts, max(self.grid["concurrency"]),
+                           self.grid["max_tokens"])  # warm-up, not measured
+            stack.callback(self.servers.pop, name, None)
+            self.servers[name] = (server, model)
             return
         log = os.path.join(self.out, f"server-{name}.log")
         env = {**vllm_server.default_env(), **CONFIGS[PLUGIN if config == SCHEDULE
