@@ -5,14 +5,15 @@ draft the plugin decided for): 1 where vLLM enacted the plan, 0 where it did not
 engine that starts so runs with VLLM_KIMI_EAGLE_SELF_CHECK=warn). Its labels say what an
 operator asks of a running server: the draft, the class serving it, the capture ids and
 how the draft's ids were read, NoPE, the rope base, the greedy shortcut, the plugin's and
-vLLM's versions, the worker. The samples are read at each scrape from the records the
-workers' self-checks wrote (``self_check.records``).
+vLLM's versions, the worker. Two ways to the API server, as vLLM's own metrics go:
 
-Installed where vLLM builds the registry its ``/metrics`` serves
-(``vllm_compat.METRICS_REGISTRY``): vLLM's default registry, or, with API-server
-scale-out (several API server processes), the multiprocess registry each of them builds,
-so that every API server's ``/metrics`` carries it. A process that never serves /metrics
-installs nothing.
+- one API server (the default): the server's registry (``vllm_compat.METRICS_REGISTRY``)
+  gets a collector that reads, at each scrape, the records the workers' self-checks wrote
+  (``self_check.records``);
+- API-server scale-out (``--api-server-count`` above 1, or ``PROMETHEUS_MULTIPROC_DIR``
+  set): each API server builds its /metrics before the plugin loads in it, from the files
+  every vLLM process writes to ``PROMETHEUS_MULTIPROC_DIR``; there each worker sets the
+  metric itself (``publish``), and every API server's /metrics carries it.
 """
 
 from __future__ import annotations
@@ -48,8 +49,37 @@ def samples(records: list[dict], vllm_version: str) -> list[tuple]:
     return found
 
 
+def multiprocess() -> bool:
+    """Whether vLLM's processes share their metrics through PROMETHEUS_MULTIPROC_DIR."""
+    import os
+
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+_GAUGE: list = []
+
+
+def publish(record: dict) -> None:
+    """A worker's record as a sample of the metric, where vLLM's processes share their
+    metrics through files (``multiprocess``): the API servers' /metrics read them."""
+    if not multiprocess():
+        return
+    if not _GAUGE:
+        from prometheus_client import Gauge
+
+        _GAUGE.append(Gauge(METRIC, "What vllm-kimi-eagle decided for the EAGLE3 draft, per "
+                            "worker: 1 where vLLM enacted it, 0 where it did not.",
+                            labelnames=LABELS, multiprocess_mode="max"))
+    from vllm_kimi_eagle.compat import vllm_compat
+
+    for labels, value in samples([record], vllm_compat.installed_vllm_version_text()
+                                 or "unknown"):
+        _GAUGE[0].labels(*labels).set(value)
+
+
 class PlanCollector:
-    """A prometheus_client collector: the workers' records, read at each scrape."""
+    """A prometheus_client collector: the workers' records, read at each scrape (none
+    where the workers publish the metric themselves: ``publish``)."""
 
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
@@ -57,6 +87,8 @@ class PlanCollector:
         from vllm_kimi_eagle.compat import vllm_compat
         from vllm_kimi_eagle.serving import self_check
 
+        if multiprocess():
+            return
         family = GaugeMetricFamily(
             METRIC, "What vllm-kimi-eagle decided for the EAGLE3 draft, per worker: 1 where "
             "vLLM enacted it (its self-check), 0 where it did not.", labels=LABELS)

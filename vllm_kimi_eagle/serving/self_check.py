@@ -197,6 +197,8 @@ def check_runner(runner) -> Checked | None:
     plan = attached(spec_config.draft_model_config.hf_config)
     if plan is None or plan.draft_class is None:
         return None
+    from vllm_kimi_eagle.serving import plan_metric
+
     rank = _rank()
     try:
         found = check(plan, spec_config, target, draft, drafter)
@@ -206,7 +208,9 @@ def check_runner(runner) -> Checked | None:
                        "your vLLM version.", rank, spec_config.draft_model_config.model,
                        type(err).__name__, err)
         return None
-    _write_record(found.record(plan, rank))
+    record = found.record(plan, rank)
+    _write_record(record)
+    plan_metric.publish(record)
     if not found.differences:
         logger.info("vllm-kimi-eagle: self-check (%s): vLLM enacted what the plugin "
                     "decided for %s: capture ids %s, %s class, %s, rope base %s, greedy "
@@ -231,19 +235,41 @@ def check_runner(runner) -> Checked | None:
     return found
 
 
+RECORDS_PREFIX = "vllm-kimi-eagle-enacted-"
+
+
 def records_folder() -> str:
     """The folder this server's workers write their records to (RECORDS_ENV): made once in
-    the process that builds the config, before the engine starts, and removed when that
-    process ends; the engine's processes inherit it."""
+    the process that builds the config, before the engine starts, named for that process
+    and removed when it ends; the engine's processes inherit it. Folders of processes gone
+    (ended without their exit handlers) are removed here."""
     import atexit
     import shutil
 
     folder = os.environ.get(RECORDS_ENV)
-    if not folder:
-        folder = tempfile.mkdtemp(prefix="vllm-kimi-eagle-enacted-")
-        os.environ[RECORDS_ENV] = folder
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    mine = f"{RECORDS_PREFIX}{os.getpid()}"
+    if folder and os.path.basename(folder) == mine:
+        return folder  # a folder another process made (a tool's) is not this server's
+    parent = tempfile.gettempdir()
+    for name in os.listdir(parent):
+        pid = name.removeprefix(RECORDS_PREFIX)
+        if name.startswith(RECORDS_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    folder = os.path.join(parent, mine)
+    os.makedirs(folder, exist_ok=True)
+    os.environ[RECORDS_ENV] = folder
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return folder
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _write_record(record: dict) -> None:
