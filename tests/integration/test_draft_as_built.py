@@ -76,6 +76,7 @@ def edited(tiny, tmp_path_factory):
     edit("logit scale", "draft", {"logit_scale": 2.0})
     edit("q_lora_rank left out", "draft", {"q_lora_rank": "(left out)"})
     edit("num_hidden_layers left out", "draft", {"num_hidden_layers": "(left out)"})
+    edit("num_hidden_layers null", "draft", {"num_hidden_layers": None})
     edit("use_aux_norm for fc_norm", "draft-eagle3.1", {"fc_norm": "(left out)",
                                                         "use_aux_norm": True})
     edit("under model.", "draft", tensors=lambda w: {
@@ -175,6 +176,7 @@ ROWS = {
     "q_lora_rank (null)": ("q_lora_rank null", lambda r: "load_error" in r),
     "num_hidden_layers": ("num_hidden_layers left out", lambda r: "load_error" in r
                           or r["unloaded"] or r.get("layers", 1) > 1),
+    "num_hidden_layers (null)": ("num_hidden_layers null", lambda r: "load_error" in r),
     "tensor names": ("under model.", lambda r: "load_error" in r),
     "eagle_aux_hidden_state_layer_ids": ("two ids at the top level",
                                          lambda r: "load_error" in r),

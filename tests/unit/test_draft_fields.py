@@ -164,7 +164,7 @@ def test_a_refusal_line_names_the_value_found():
 
 
 @pytest.mark.parametrize("raw_change, gap", [
-    ({"num_hidden_layers": None}, "num_hidden_layers: null or not filled by transformers"),
+    ({"num_hidden_layers": None}, "num_hidden_layers (null): vLLM's class cannot build"),
     ({"num_hidden_layers": "left out"},
      "num_hidden_layers: left out, transformers makes it 61 (kimi_k2's default)"),
     ({"q_lora_rank": "left out"},

@@ -156,7 +156,8 @@ def test_capture_ids_at_the_top_level_only_size_fc_for_vllms_class():
     assert tensors["fc.weight"].shape == (256, 512)
     assert report(raw, "plugin", tensors).problems == []
     refused = report(raw, "upstream", tensors).choice.refusal
-    assert "it lists 2 layers, and vLLM's class sizes fc for 3" in refused, refused
+    assert "it lists 2 layers, and vLLM's class sizes fc for num_aux_hidden_states" in \
+        refused and "(3 here)" in refused, refused
     assert "write num_aux_hidden_states: 2" in refused
     assert report({**raw, "num_aux_hidden_states": 2}, "upstream", tensors).problems == []
 

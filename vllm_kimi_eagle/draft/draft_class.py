@@ -90,73 +90,75 @@ def _pruned(config: DraftConfig) -> bool:
     return bool(config.draft_vocab_size) and config.draft_vocab_size != config.vocab_size
 
 
-def _filled(field: str) -> Callable[[Needs], str]:
+def _filled(field: str, then: str) -> Callable[[Needs], str]:
+    """The words of a row on a field transformers fills where config.json leaves it out,
+    with the value it fills for this draft's model_type."""
     def words(needs: Needs) -> str:
-        value = needs.config.unwritten[field]
-        return (f"left out, transformers makes it {value} ({needs.config.model_type}'s "
-                "default)")
+        value = needs.config.unwritten.get(field)
+        filled = f"{value} ({needs.config.model_type}'s default)" if value is not None \
+            else "its model_type's default"
+        return f"left out, transformers makes it {filled}, {then}"
     return words
 
+
+Q_LORA_LEFT_OUT = ("and vLLM's class builds q's low-rank projection at that rank, where the "
+                   "plugin reads none and the checkpoint holds q_proj: it cannot load it")
+LAYERS_LEFT_OUT = ("and vLLM's class builds that many layers, loading one and leaving the "
+                   "rest uninitialised; write num_hidden_layers: 1")
+IDS_AT_THE_TOP = ("vLLM's class sizes fc for num_aux_hidden_states, else eagle_config's "
+                  "list, else 3 captured states, and cannot load fc.weight")
 
 # What vLLM's in-tree MLA draft class gets wrong (deepseek_eagle3.py, read in 0.26.0-0.33.0;
 # docs/checkpoints.md prints this table with each row's releases).
 IN_TREE_GAPS: tuple[Gap, ...] = (
-    Gap(NOPE_KEY, lambda n: n.positions.nope, (
+    Gap(NOPE_KEY, lambda n: n.positions.nope,
         "it rotates the rope dims this draft reads unrotated (NoPE): a silent acceptance "
-        "loss"), FORWARD),
-    Gap("mla_use_output_gate", lambda n: bool(n.config.mla_use_output_gate), (
-        "it has no output gate and cannot load g_proj"), LOAD),
+        "loss", FORWARD),
+    Gap("mla_use_output_gate", lambda n: bool(n.config.mla_use_output_gate),
+        "it has no output gate and cannot load g_proj", LOAD),
     Gap("eagle_config.use_input_layernorm_in_first_layer",
-        lambda n: n.config.nested.use_input_layernorm_in_first_layer is False, (
-            "it always applies hidden_norm, which this draft was trained without (at weight "
-            "1, the checkpoint having none)"), FORWARD),
+        lambda n: n.config.nested.use_input_layernorm_in_first_layer is False,
+        "it always applies hidden_norm, which this draft was trained without (at weight 1, "
+        "the checkpoint having none)", FORWARD),
     Gap("eagle_config.use_last_layernorm", lambda n: n.config.nested.use_last_layernorm is False,
-        ("it always applies the final norm, which this draft was trained without (at "
-              "weight 1, the checkpoint having none)"), FORWARD),
+        "it always applies the final norm, which this draft was trained without (at weight "
+        "1, the checkpoint having none)", FORWARD),
     Gap("use_aux_norm", lambda n: bool(n.config.use_aux_norm) and n.config.fc_norm is None,
-        ("it reads fc_norm only: it builds no fc norms this draft was trained with, and "
-              "cannot load their weights"), LOAD),
-    Gap("the rope type (default)", lambda n: n.config.rope.kind == "default", (
+        "it reads fc_norm only: it builds no fc norms this draft was trained with, and cannot "
+        "load their weights", LOAD),
+    Gap("the rope type (default)", lambda n: n.config.rope.kind == "default",
         "it rewrites every rope into DeepSeek YaRN and fails building a default one "
-        "(KeyError: 'factor')"), LOAD, (Version("0.26"), Version("0.27"))),
+        "(KeyError: 'factor')", LOAD, (Version("0.26"), Version("0.27"))),
     Gap("q_lora_rank", lambda n: "q_lora_rank" in n.config.unwritten,
-        "left out, transformers fills its model_type's default (1536 for DeepSeek-V2/V3 "
-        "and kimi_k2), and vLLM's class builds q's low-rank projection at that rank, where "
-        "the plugin reads none and the checkpoint holds q_proj: it cannot load it", LOAD,
-        detail=lambda n: _filled("q_lora_rank")(n) + ", and vLLM's class builds q's "
-        "low-rank projection at that rank, where the plugin reads none and the checkpoint "
-        "holds q_proj: it cannot load it"),
+        "left out, transformers fills its model_type's default (1536 for DeepSeek-V2/V3 and "
+        "kimi_k2), " + Q_LORA_LEFT_OUT, LOAD, detail=_filled("q_lora_rank", Q_LORA_LEFT_OUT)),
     Gap("q_lora_rank (null)", lambda n: n.config.kv_lora_rank is not None
-        and n.config.q_lora_rank is None and "q_lora_rank" not in n.config.unwritten, (
-            "its weight loader renames kv_a_proj_with_mqa to the fused q/kv projection, "
-            "which it builds only with a q_lora_rank: it cannot load this draft"), LOAD),
-    Gap("num_hidden_layers", lambda n: n.config.num_hidden_layers is None,
+        and n.config.q_lora_rank is None and "q_lora_rank" not in n.config.unwritten,
+        "its weight loader renames kv_a_proj_with_mqa to the fused q/kv projection, which it "
+        "builds only with a q_lora_rank: it cannot load this draft", LOAD),
+    Gap("num_hidden_layers", lambda n: "num_hidden_layers" in n.config.unwritten,
         "left out, transformers fills its model_type's default (61 for DeepSeek-V3 and "
-        "kimi_k2), and vLLM's class builds that many layers, loading one and leaving the "
-        "rest uninitialised; null, it cannot build its layers", LOAD,
-        detail=lambda n: (_filled("num_hidden_layers")(n) + ", and vLLM's class builds "
-                          "that many layers, loading one and leaving the rest uninitialised"
-                          if "num_hidden_layers" in n.config.unwritten else
-                          "null or not filled by transformers: vLLM's class cannot build "
-                          "its layers") + "; write num_hidden_layers: 1"),
+        "kimi_k2), " + LAYERS_LEFT_OUT, LOAD,
+        detail=_filled("num_hidden_layers", LAYERS_LEFT_OUT)),
+    Gap("num_hidden_layers (null)", lambda n: n.config.num_hidden_layers is None
+        and "num_hidden_layers" not in n.config.unwritten,
+        "vLLM's class cannot build its layers; write num_hidden_layers: 1", LOAD),
     Gap("tensor names", lambda n: any(name.startswith("model.") for name in n.tensor_names),
-        ("its loader puts 'model.' before every name again and cannot load a "
-              "checkpoint written under 'model.'"), LOAD),
+        "its loader puts 'model.' before every name again and cannot load a checkpoint "
+        "written under 'model.'", LOAD),
     Gap("eagle_aux_hidden_state_layer_ids",
         lambda n: _in_tree_states(n.config) != _states(n.config),
         "written at the top level only, without num_aux_hidden_states, as many ids as not "
-        "3: vLLM's class sizes fc for num_aux_hidden_states, else eagle_config's list, "
-        "else 3 captured states, and cannot load fc.weight", LOAD,
+        "3: " + IDS_AT_THE_TOP, LOAD,
         detail=lambda n: (f"written at the top level only, it lists {_states(n.config)} "
-                          f"layers, and vLLM's class sizes fc for {_in_tree_states(n.config)}"
-                          " captured states (num_aux_hidden_states, else eagle_config's "
-                          "list, else 3): it cannot load fc.weight; write "
-                          f"num_aux_hidden_states: {_states(n.config)}")),
+                          f"layers, and {IDS_AT_THE_TOP.replace('3 captured states', '3')} "
+                          f"({_in_tree_states(n.config)} here); write num_aux_hidden_states: "
+                          f"{_states(n.config)}")),
     Gap("d2t", lambda n: not _pruned(n.config)
-        and any(canonical_name(name) == "d2t" for name in n.tensor_names), (
-            "a draft whose vocabulary is the target's gets no d2t parameter and vLLM's class "
-            "cannot load one; remove d2t from the checkpoint (the identity, all zeros)"),
-        LOAD, (Version("0.30"), Version("0.33"))),
+        and any(canonical_name(name) == "d2t" for name in n.tensor_names),
+        "a draft whose vocabulary is the target's gets no d2t parameter and vLLM's class "
+        "cannot load one; remove d2t from the checkpoint (the identity, all zeros)", LOAD,
+        (Version("0.30"), Version("0.33"))),
 )
 
 

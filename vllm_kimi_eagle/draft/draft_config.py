@@ -339,7 +339,7 @@ class DraftConfig(_LayerIds):
     rope_refusals: Annotated[tuple[str, ...], Field(strict=False)] = ()
     # The fields transformers fills where config.json leaves them out, with the value it
     # fills (draft_fields.unwritten).
-    unwritten: Annotated[dict[str, int], Field(strict=False)] = {}
+    unwritten: Annotated[dict[str, int | None], Field(strict=False)] = {}
 
     @model_validator(mode="before")
     @classmethod

@@ -418,15 +418,18 @@ FILLED_BY_TRANSFORMERS = {"DeepseekV3Config": {"q_lora_rank": 1536, "num_hidden_
                           "DeepseekV2Config": {"q_lora_rank": 1536, "num_hidden_layers": 32}}
 
 
-def unwritten(raw: Mapping[str, Any]) -> dict[str, int]:
+FILLED_FIELDS = ("q_lora_rank", "num_hidden_layers")
+
+
+def unwritten(raw: Mapping[str, Any]) -> dict[str, int | None]:
     """The fields transformers fills that ``raw`` leaves out (a null is written), each with
-    the value the config class of its model_type fills in; none for a model_type vLLM
-    builds no DeepSeek config class for."""
+    the value the config class of its model_type fills in (None: a model_type vLLM builds
+    no DeepSeek config class for, whose default is not known here)."""
     model_type = raw.get("model_type")
     config_class = TRANSFORMERS_CONFIG_CLASS.get(model_type if isinstance(model_type, str)
                                                  else None)
     filled = FILLED_BY_TRANSFORMERS.get(config_class, {})
-    return {key: value for key, value in filled.items() if key not in raw}
+    return {key: filled.get(key) for key in FILLED_FIELDS if key not in raw}
 
 
 # Keys a draft's config.json carries that no draft class reads: what they are for.
