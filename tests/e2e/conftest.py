@@ -11,9 +11,7 @@ import pytest
 
 from tests.conftest import SAME_WORKER, project_file
 from tests.helpers import BASE_ENV, FP32, preloaded_process
-from vllm_kimi_eagle.compat import vllm_compat
 from vllm_kimi_eagle.tools.engines import start_log, vllm_server
-from vllm_kimi_eagle.tools.figures import request_metrics
 
 # What both servers are started with; they differ in the speculative config alone.
 SHARED_SERVER_ARGS = ["--max-model-len", "512", "--seed", "0", *FP32]
@@ -31,8 +29,7 @@ def _preloaded_vllm():
 
 @pytest.fixture
 def shared_servers(tiny, tmp_path_factory):
-    """{"none": no speculation, "draft": the tiny EAGLE3 draft at k=3, with vLLM's
-    per-request figures where the release has them}, started by the first
+    """{"none": no speculation, "draft": the tiny EAGLE3 draft at k=3}, started by the first
     test that asks and stopped after the last test of the files that use them (SAME_WORKER
     in tests/conftest.py: one worker runs them one after the other, so the run starts the
     pair once). Tests read counters as differences."""
@@ -40,13 +37,10 @@ def shared_servers(tiny, tmp_path_factory):
         out = tmp_path_factory.mktemp("shared-servers")
         spec = {"method": "eagle3", "model": os.path.join(tiny, "draft"),
                 "num_speculative_tokens": SHARED_SERVER_K}
-        version = vllm_compat.installed_vllm_version()
         with ExitStack() as stack:
             servers = {name: stack.enter_context(vllm_server.running_server(
                 os.path.join(tiny, "target"), str(out / f"server-{name}.log"), speculative,
-                SHARED_SERVER_ARGS + request_metrics.server_args(speculative is not None,
-                                                                 version),
-                env={**BASE_ENV, start_log.SHARED: "1"}))
+                SHARED_SERVER_ARGS, env={**BASE_ENV, start_log.SHARED: "1"}))
                 for name, speculative in (("none", None), ("draft", spec))}
             _PAIR.update(servers=servers, stack=stack.pop_all())
     return _PAIR["servers"]
