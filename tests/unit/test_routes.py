@@ -278,3 +278,18 @@ def test_the_docs_print_the_in_tree_rows_as_the_code_has_them():
     docs = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs",
                              "checkpoints.md")).read()
     assert gaps_table() in docs, "paste draft_class.gaps_table() into docs/checkpoints.md"
+
+
+def test_vllms_class_is_held_to_the_checkpoint_its_own_reading_expects():
+    """vLLM's class reads fc_norm alone: a config that says fc_norm false and
+    use_aux_norm true, its checkpoint without fc norms, loads as vLLM's class reads it
+    (the two fields' disagreement a note); with the norms and use_aux_norm alone, it
+    cannot load them."""
+    raw = config(fc_norm=False, use_aux_norm=True)
+    upstream = report(raw, "upstream", table(config()))
+    assert upstream.problems == [], upstream.problems
+    assert any("fc_norm is false and use_aux_norm is true" in n for n in upstream.notes)
+    assert report(raw, "plugin", table(config())).problems  # the plugin's class refuses it
+    with_norms = config(use_aux_norm=True)
+    refused = report(with_norms, "upstream", table(with_norms)).choice.refusal
+    assert refused and "use_aux_norm: it reads fc_norm only" in refused
