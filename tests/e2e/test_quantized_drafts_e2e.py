@@ -111,6 +111,20 @@ def test_a_scheme_only_vllms_class_loads_is_handed_to_it_by_itself(tiny, quantiz
     says so in one line, and the engine serves it exactly as with the switch (one variable:
     the switch), at the unquantized draft's acceptance (a draft whose int4 weights were
     scrambled gives 1.00 here)."""
+    from vllm_kimi_eagle.compat.vllm_compat import has_cpu_op
+
+    if not has_cpu_op("cpu_gemm_wna16"):
+        # A CPU build without vLLM's int4 kernel (compiled for AVX-512 only): vLLM alone
+        # stops at the engine's first step; the plugin refuses at start-up, in one line
+        # naming the kernel, with the switch or without.
+        for env in (None, IN_TREE):
+            refused = serve(tiny, quantized["w4a16"], env=env)
+            print(f"\nw4a16 ({env}): {figures(refused)}")
+            assert refused["error"].startswith("DraftRefusedError: "), refused["error"][:400]
+            assert "cpu_gemm_wna16 kernel, which this build of vLLM does not have" in \
+                refused["error"]
+            assert "Loading weights took" not in refused["_log"]  # no weight was read
+        return
     handed = served(serve(tiny, quantized["w4a16"]))
     chosen = served(serve(tiny, quantized["w4a16"], env=IN_TREE))
     unquantized = served(engine(tiny, "draft", dtype="bfloat16"))

@@ -25,11 +25,11 @@ API_SERVER = """
 import json, os
 from prometheus_client import generate_latest
 from vllm.v1.metrics.prometheus import get_prometheus_registry
-from vllm_kimi_eagle.serving import plan_metric, self_check
+from vllm_kimi_eagle.serving import plan_metric
 os.makedirs({folder!r}, exist_ok=True)
 with open(os.path.join({folder!r}, "tp1-1.json"), "w") as f:
     json.dump(json.loads({record!r}), f)
-os.environ[self_check.RECORDS_ENV] = {folder!r}
+os.environ[plan_metric.RECORDS_ENV] = {folder!r}
 registry = get_prometheus_registry()
 plan_metric._register(registry)
 text = generate_latest(registry).decode()

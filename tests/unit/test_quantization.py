@@ -314,3 +314,25 @@ def test_smoothing_keeps_the_draft_and_undoes_the_norms_factors(trained):
     name = "layers.0.input_layernorm.weight"
     assert spread(scaled[name]) > 100
     assert spread(smoothed(scaled, spec)[name]) < 2 * spread(smoothed(plain, spec)[name])
+
+
+def test_a_scheme_only_vllm_loads_is_refused_where_the_cpu_build_lacks_its_kernel():
+    """W4A16 on vLLM's CPU build runs its cpu_gemm_wna16 op, which a build compiled
+    without AVX-512 lacks: refused naming the kernel there, left to vLLM elsewhere."""
+    from vllm_kimi_eagle.draft import quantization
+    from vllm_kimi_eagle.fixtures.quantized import SCHEMES as WRITTEN
+
+    w4a16 = quantization.quantization_from_config(WRITTEN["w4a16"](32))
+    assert not w4a16.loads_in_plugin_class and w4a16.cpu_kernel == "cpu_gemm_wna16"
+    missing = quantization.serving_problem(w4a16, 64, on_cpu=True, amx=False,
+                                           dtype="bfloat16", has_cpu_op=lambda name: False)
+    assert "cpu_gemm_wna16 kernel, which this build of vLLM does not have" in missing
+    for on_cpu, has in ((True, True), (False, False)):
+        assert quantization.serving_problem(w4a16, 64, on_cpu=on_cpu, amx=False,
+                                            dtype="bfloat16",
+                                            has_cpu_op=lambda name: has) is None
+    nvfp4 = quantization.quantization_from_config({
+        "quant_method": "compressed-tensors", "config_groups": {"g": {
+            "weights": {"type": "float", "num_bits": 4, "strategy": "tensor_group"},
+            "input_activations": {"type": "float", "num_bits": 4}}}})
+    assert nvfp4.cpu_kernel is None

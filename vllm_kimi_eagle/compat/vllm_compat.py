@@ -539,3 +539,16 @@ CPU_GEMM_DISPATCH = ("vllm.model_executor.layers.utils", "dispatch_cpu_unquantiz
 #   [N, 1]), dynamic per-token activations: served at the unquantized acceptance in
 #   bfloat16; in float32 the AMX int8 kernel refuses ("expect A to be bfloat16 or half").
 QUANTIZED_DRAFTS_READ = "0.32.0"
+# vLLM's compiled CPU kernels are ops of torch.ops._C, registered when this module loads;
+# a CPU build compiled without a kernel (AVX-512 only: cpu_gemm_wna16) lacks its op.
+CPU_OPS_MODULE = "vllm._custom_ops"
+
+
+def has_cpu_op(name: str) -> bool:
+    """Whether this vLLM build has the compiled op ``name`` (torch.ops._C)."""
+    import importlib
+
+    import torch
+
+    importlib.import_module(CPU_OPS_MODULE)
+    return hasattr(torch.ops._C, name)

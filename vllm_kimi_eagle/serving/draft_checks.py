@@ -84,20 +84,26 @@ def check_quantization(draft: DraftAtHand, report: DraftReport) -> None:
 
     from vllm_kimi_eagle.cpu.cpu_mla_backend import amx_available
 
-    spec = report.spec
-    if spec is None or spec.quantization is None:
+    config = report.config
+    try:
+        scheme = quantization.quantization_from_config(
+            config.quantization_config, config.source, config.quantization_from)
+    except quantization.QuantizationConfigError:
+        return  # the report's config error says it
+    if scheme is None:
         return
     on_cpu = bool(current_platform.is_cpu())
     problem = quantization.serving_problem(
-        spec.quantization, spec.q_lora_rank, on_cpu=on_cpu, amx=on_cpu and amx_available(),
-        dtype=draft.dtype)
+        scheme, config.q_lora_rank, on_cpu=on_cpu, amx=on_cpu and amx_available(),
+        dtype=draft.dtype, has_cpu_op=vllm_compat.has_cpu_op)
     if problem:
         platform = "vLLM's CPU build" if on_cpu else f"vLLM on {current_platform.device_name}"
         raise QuantizedDraftError(f"the quantized draft {draft.model} cannot be served right "
                                   f"on {platform}: {problem}.")
-    logger.info("vllm-kimi-eagle: draft %s is %s; its scales are checked and loaded by the "
-                "plugin's class.", draft.model,
-                quantization.SCHEMES[spec.quantization.scheme]["words"])
+    if scheme.loads_in_plugin_class:
+        logger.info("vllm-kimi-eagle: draft %s is %s; its scales are checked and loaded by "
+                    "the plugin's class.", draft.model,
+                    quantization.SCHEMES[scheme.scheme]["words"])
 
 
 SCHEDULE_FIELD = "num_speculative_tokens_per_batch_size"

@@ -9,7 +9,7 @@ vLLM's versions, the worker. Two ways to the API server, as vLLM's own metrics g
 
 - one API server (the default): the server's registry (``vllm_compat.METRICS_REGISTRY``)
   gets a collector that reads, at each scrape, the records the workers' self-checks wrote
-  (``self_check.records``);
+  (``records``);
 - API-server scale-out (``--api-server-count`` above 1, or ``PROMETHEUS_MULTIPROC_DIR``
   set): each API server builds its /metrics before the plugin loads in it, from the files
   every vLLM process writes to ``PROMETHEUS_MULTIPROC_DIR``; there each worker sets the
@@ -18,9 +18,16 @@ vLLM's versions, the worker. Two ways to the API server, as vLLM's own metrics g
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 import weakref
 
 METRIC = "vllm_kimi_eagle_info"
+# Where each worker writes what its self-check read, for the server's /metrics: set by the
+# speculative hook in the process that builds the config, inherited by the engine and its
+# workers.
+RECORDS_ENV = "VLLM_KIMI_EAGLE_ENACTED_DIR"
 LABELS = ("draft", "worker", "draft_class", "capture_ids", "convention", "nope", "rope_theta",
           "shortcut", "self_check", "plugin_version", "vllm_version")
 _REGISTERED: "weakref.WeakSet" = weakref.WeakSet()
@@ -46,6 +53,70 @@ def samples(records: list[dict], vllm_version: str) -> list[tuple]:
                        _words(record["enacted"].get("shortcut")), verdict,
                        record.get("plugin_version", "unknown"), vllm_version),
                       0.0 if differences else 1.0))
+    return found
+
+
+RECORDS_PREFIX = "vllm-kimi-eagle-enacted-"
+
+
+def records_folder() -> str:
+    """The folder this server's workers write their records to (RECORDS_ENV): made once in
+    the process that builds the config, before the engine starts, named for that process
+    and removed when it ends; the engine's processes inherit it. Folders of processes gone
+    (ended without their exit handlers) are removed here."""
+    import atexit
+    import shutil
+
+    folder = os.environ.get(RECORDS_ENV)
+    mine = f"{RECORDS_PREFIX}{os.getpid()}"
+    if folder and os.path.basename(folder) == mine:
+        return folder  # a folder another process made (a tool's) is not this server's
+    parent = tempfile.gettempdir()
+    for name in os.listdir(parent):
+        pid = name.removeprefix(RECORDS_PREFIX)
+        if name.startswith(RECORDS_PREFIX) and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+    folder = os.path.join(parent, mine)
+    os.makedirs(folder, exist_ok=True)
+    os.environ[RECORDS_ENV] = folder
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_record(record: dict) -> None:
+    """This worker's record, where the server's /metrics reads it (RECORDS_ENV)."""
+    folder = os.environ.get(RECORDS_ENV)
+    if not folder or not os.path.isdir(folder):
+        return
+    path = os.path.join(folder, f"{record['rank']}-{record['pid']}.json")
+    with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
+        json.dump(record, f)
+    os.replace(f.name, path)
+
+
+def records(folder: str | None = None) -> list[dict]:
+    """Every worker's record of this server (RECORDS_ENV), oldest first."""
+    folder = folder or os.environ.get(RECORDS_ENV)
+    if not folder or not os.path.isdir(folder):
+        return []
+    found = []
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".json"):
+            try:
+                with open(os.path.join(folder, name)) as f:
+                    found.append(json.load(f))
+            except (OSError, ValueError):
+                continue
     return found
 
 
@@ -85,14 +156,13 @@ class PlanCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         from vllm_kimi_eagle.compat import vllm_compat
-        from vllm_kimi_eagle.serving import self_check
 
         if multiprocess():
             return
         family = GaugeMetricFamily(
             METRIC, "What vllm-kimi-eagle decided for the EAGLE3 draft, per worker: 1 where "
             "vLLM enacted it (its self-check), 0 where it did not.", labels=LABELS)
-        for labels, value in samples(self_check.records(),
+        for labels, value in samples(records(),
                                      vllm_compat.installed_vllm_version_text() or "unknown"):
             family.add_metric(labels, value)
         yield family

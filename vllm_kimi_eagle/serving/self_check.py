@@ -12,11 +12,9 @@ each worker read goes to a file the server's /metrics reads (``plan_metric.py``)
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -84,10 +82,6 @@ def differences(expected: dict, built: dict) -> list[str]:
 
 
 # ---- the check where vLLM serves the draft: every worker, once its models loaded ----------
-# Where each worker writes what it checked, for the server's /metrics (plan_metric.py):
-# set by the speculative hook in the process that builds the config, inherited by the
-# engine and its workers.
-RECORDS_ENV = "VLLM_KIMI_EAGLE_ENACTED_DIR"
 # The classes serving the draft, by the hook's decision.
 CLASS_PREFIXES = {"plugin": ("vllm_kimi_eagle.",),
                   "vllm": ("vllm.model_executor.models.deepseek_eagle3:",)}
@@ -209,7 +203,7 @@ def check_runner(runner) -> Checked | None:
                        type(err).__name__, err)
         return None
     record = found.record(plan, rank)
-    _write_record(record)
+    plan_metric.write_record(record)
     plan_metric.publish(record)
     if not found.differences:
         logger.info("vllm-kimi-eagle: self-check (%s): vLLM enacted what the plugin "
@@ -232,70 +226,6 @@ def check_runner(runner) -> Checked | None:
             "draft would propose otherwise than trained. Report it with your vLLM version; "
             f"{settings.SELF_CHECK.name}=warn starts it anyway, with these lines as "
             "warnings.")
-    return found
-
-
-RECORDS_PREFIX = "vllm-kimi-eagle-enacted-"
-
-
-def records_folder() -> str:
-    """The folder this server's workers write their records to (RECORDS_ENV): made once in
-    the process that builds the config, before the engine starts, named for that process
-    and removed when it ends; the engine's processes inherit it. Folders of processes gone
-    (ended without their exit handlers) are removed here."""
-    import atexit
-    import shutil
-
-    folder = os.environ.get(RECORDS_ENV)
-    mine = f"{RECORDS_PREFIX}{os.getpid()}"
-    if folder and os.path.basename(folder) == mine:
-        return folder  # a folder another process made (a tool's) is not this server's
-    parent = tempfile.gettempdir()
-    for name in os.listdir(parent):
-        pid = name.removeprefix(RECORDS_PREFIX)
-        if name.startswith(RECORDS_PREFIX) and pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-    folder = os.path.join(parent, mine)
-    os.makedirs(folder, exist_ok=True)
-    os.environ[RECORDS_ENV] = folder
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return folder
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _write_record(record: dict) -> None:
-    """This worker's record, where the server's /metrics reads it (RECORDS_ENV)."""
-    folder = os.environ.get(RECORDS_ENV)
-    if not folder or not os.path.isdir(folder):
-        return
-    path = os.path.join(folder, f"{record['rank']}-{record['pid']}.json")
-    with tempfile.NamedTemporaryFile("w", dir=folder, delete=False, suffix=".tmp") as f:
-        json.dump(record, f)
-    os.replace(f.name, path)
-
-
-def records(folder: str | None = None) -> list[dict]:
-    """Every worker's record of this server (RECORDS_ENV), oldest first."""
-    folder = folder or os.environ.get(RECORDS_ENV)
-    if not folder or not os.path.isdir(folder):
-        return []
-    found = []
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".json"):
-            try:
-                with open(os.path.join(folder, name)) as f:
-                    found.append(json.load(f))
-            except (OSError, ValueError):
-                continue
     return found
 
 

@@ -50,7 +50,7 @@ from vllm_kimi_eagle.draft.draft_config import DraftConfigError, parse_draft_con
 from vllm_kimi_eagle.draft.draft_report import DraftReport
 from vllm_kimi_eagle.draft.draft_source import draft_config_json
 from vllm_kimi_eagle.draft.layer_ids import LayerIdError
-from vllm_kimi_eagle.serving import self_check, shortcut_policy
+from vllm_kimi_eagle.serving import plan_metric, shortcut_policy
 from vllm_kimi_eagle.serving.draft_checks import (
     QuantizedDraftError,
     ScheduleError,
@@ -188,12 +188,12 @@ def apply_plan(spec_config, draft: DraftAtHand, plan: Plan) -> None:
     if not report.choice.ours:  # the plugin's class applies it where it serves
         rope_override.serve_rope_theta(draft.hf_config, report.rope_theta,
                                        report.config.config_rope_theta, logger)
+    check_quantization(draft, report)
     if report.choice.ours:
-        check_quantization(draft, report)
         apply_greedy_shortcut(spec_config)
     report.served(draft.max_positions, getattr(spec_config, FLAG, None)).attach(
         draft.hf_config)
-    self_check.records_folder()  # where the workers' self-checks leave what they read
+    plan_metric.records_folder()  # where the workers' self-checks leave what they read
 
 
 # The errors that are a verdict on the user's draft or settings, each naming the field.
