@@ -176,7 +176,9 @@ ROWS = {
     "q_lora_rank (null)": ("q_lora_rank null", lambda r: "load_error" in r),
     "num_hidden_layers": ("num_hidden_layers left out", lambda r: "load_error" in r
                           or r["unloaded"] or r.get("layers", 1) > 1),
-    "num_hidden_layers (null)": ("num_hidden_layers null", lambda r: "load_error" in r),
+    # transformers' strict config types refuse it before vLLM builds a class
+    "num_hidden_layers (null)": ("num_hidden_layers null", lambda r: "load_error" in r
+                                 or "num_hidden_layers" in r.get("config_error", "")),
     "tensor names": ("under model.", lambda r: "load_error" in r),
     "eagle_aux_hidden_state_layer_ids": ("two ids at the top level",
                                          lambda r: "load_error" in r),
@@ -215,7 +217,8 @@ def test_every_in_tree_row_shows_what_it_prevents_on_this_release(tiny, edited, 
     for gap in IN_TREE_GAPS:
         case, fails = ROWS[gap.field]
         found = results[case]
-        assert "config_error" not in found, (gap.field, found)
+        assert "config_error" not in found or gap.field == "num_hidden_layers (null)", \
+            (gap.field, found)
         shown = bool(fails(found))
         print(f"\n{gap.field} ({case}): holds on {INSTALLED}: {gap.holds_on(INSTALLED)}; "
               f"vLLM alone: {found.get('load_error', 'loaded')[:160]}")

@@ -142,7 +142,8 @@ IN_TREE_GAPS: tuple[Gap, ...] = (
         detail=_filled("num_hidden_layers", LAYERS_LEFT_OUT)),
     Gap("num_hidden_layers (null)", lambda n: n.config.num_hidden_layers is None
         and "num_hidden_layers" not in n.config.unwritten,
-        "vLLM's class cannot build its layers; write num_hidden_layers: 1", LOAD),
+        "vLLM's class cannot build its layers (transformers 5's strict config types refuse "
+        "the null first, naming no file); write num_hidden_layers: 1", LOAD),
     Gap("tensor names", lambda n: any(name.startswith("model.") for name in n.tensor_names),
         "its loader puts 'model.' before every name again and cannot load a checkpoint "
         "written under 'model.'", LOAD),
