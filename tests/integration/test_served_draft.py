@@ -73,9 +73,9 @@ def test_a_draft_handed_to_vllms_class_gets_the_rope_base_asked_for(tmp_path):
     in its own; inspect says it is served (tests/integration/test_trainer_exports.py)."""
     schemes = json.load(open(os.path.join(os.path.dirname(__file__), os.pardir, "data",
                                           "exporter_quantization_configs.json")))["configs"]
-    w4a16 = next(c for c in schemes if c["name"] == "ct-0.17-w4a16")["quantization_config"]
+    fp8 = next(c for c in schemes if c["name"] == "ct-0.17-fp8-dynamic")["quantization_config"]
     target, draft = write_config_only_models(str(tmp_path),
-                                             draft_overrides={"quantization_config": w4a16})
+                                             draft_overrides={"quantization_config": fp8})
     asked = run_python(HANDED_OFF.format(target=target, draft=draft),
                        env={"VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA": "10000"})
     assert asked["architectures"] == [IN_TREE_ALIAS], asked
