@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 
 def _site_packages(venv: str) -> str:
@@ -103,13 +104,33 @@ def prune(requested: list[str]) -> list[str]:
 
     from packaging.utils import canonicalize_name
 
-    installed = {canonicalize_name(d.metadata["Name"]): list(d.requires or [])
-                 for d in importlib.metadata.distributions()}
+    dists = {canonicalize_name(d.metadata["Name"]): d
+             for d in importlib.metadata.distributions()}
+    installed = {name: list(d.requires or []) for name, d in dists.items()}
     extra = sorted(set(installed) - needed(requested, installed) - BOOTSTRAP)
-    if extra:
+    if not extra:
+        return extra
+    kept = set().union(*(_files(d) for name, d in dists.items() if name not in extra))
+    shared = sorted(path for name in extra for path in _files(dists[name]) & kept
+                    if os.path.isfile(path))
+    # pip uninstalls every file a distribution's RECORD lists, also those a kept one
+    # installed over it (oss-harmony and openai-harmony both write openai_harmony/): such
+    # files are kept aside as hard links and put back.
+    with tempfile.TemporaryDirectory(dir=sys.prefix) as aside:
+        for number, path in enumerate(shared):
+            os.link(path, os.path.join(aside, str(number)))
         subprocess.run([sys.executable, "-m", "pip", "uninstall", "--quiet", "--yes", *extra],
                        check=True)
+        for number, path in enumerate(shared):
+            if not os.path.exists(path):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                os.link(os.path.join(aside, str(number)), path)
     return extra
+
+
+def _files(dist) -> set[str]:
+    """The paths a distribution's RECORD lists, absolute."""
+    return {os.path.normpath(str(dist.locate_file(file))) for file in dist.files or []}
 
 
 def main(argv: list[str]) -> int:

