@@ -48,6 +48,30 @@ def test_the_final_norm_is_scaled_only_where_its_output_reaches_the_draft_s_own_
         reference("eagle3-norm-before-residual").spec, True)
 
 
+@pytest.mark.parametrize("trained", sorted(TRAINED))
+def test_draft_norms_name_every_norm_of_the_draft_once_and_how_it_matters(trained):
+    """One list says which norms a draft has and how each is made to matter; the build's
+    scaling, the final norm's spread start, the margins and the smoothing all read it, so
+    a norm it missed would be a norm no margin promises."""
+    from vllm_kimi_eagle.fixtures import distill, margins
+
+    draft = reference(trained)
+    own = not TRAINED[trained].target_vocab_weights
+    norms = sensitivity.draft_norms(draft.spec, own)
+    held = sorted(name for name, module in draft.named_modules()
+                  if "norm" in type(module).__name__.lower())
+    assert sorted(sensitivity.norm_module_path(n.path) for n in norms) == held
+    assert {n.made_to_matter for n in norms} <= {"scaled", "spread", "left"}
+    for n in norms:
+        assert n.readers, n.path
+    spread = [n.path for n in norms if n.made_to_matter == "spread"]
+    assert spread in ([], ["norm"])
+    assert distill.final_norm_spread(trained) == bool(spread)
+    every, depended_on = margins._norms(trained)
+    assert every == [n.path for n in norms]
+    assert depended_on == [n.path for n in norms if n.made_to_matter != "left"]
+
+
 def test_every_block_s_factor_is_far_from_one_and_within_the_spread():
     g = torch.Generator().manual_seed(5)
     factors = sensitivity.block_factors(70, g)
