@@ -66,8 +66,11 @@ class Case:
         """``right_on`` on vLLM ``release``."""
         from vllm_kimi_eagle.draft.draft_class import IN_TREE_GAPS
 
+        if not self.gap:
+            return self.right_on
         rows = [gap for gap in IN_TREE_GAPS if gap.field == self.gap]
-        return ALL if rows and not rows[0].holds_on(release) else self.right_on
+        assert rows, f"case {self.name!r}: no IN_TREE_GAPS row for field {self.gap!r}"
+        return self.right_on if rows[0].holds_on(release) else ALL
 
 
 def _drop(*names):
