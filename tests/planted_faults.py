@@ -33,6 +33,8 @@ import time
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 
+from vllm_kimi_eagle.fixtures.wrong_servings import WRONG_SERVINGS
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKIPPED_FOLDERS = {".git", "out", "mutants", "__pycache__", ".pytest_cache", ".hypothesis"}
 
@@ -52,35 +54,44 @@ class Fault:
         return ((self.original, self.planted), *self.also)
 
 
-# One line each: the change, then what it would do to a user.
-FAULTS = (
-    Fault("capture-ids-one-off", "vllm_kimi_eagle/draft/layer_ids.py", "return [i + TO_CAPTURE_ID[convention] for i in written]", "return [i + 1 + TO_CAPTURE_ID[convention] for i in written]", "vLLM captures other layers than the draft was trained on: a silently weaker draft"),
-    Fault("nope-reading-flipped", "vllm_kimi_eagle/draft/draft_positions.py", "    written = bool(draft_config.mla_use_nope)\n", "    written = not draft_config.mla_use_nope\n", "K3 NoPE drafts served with RoPE and K2 drafts without it"),
-    Fault("shortcut-tie-rule", "vllm_kimi_eagle/serving/top_tokens.py", "    return torch.where(values == best, target_ids, NO_ID).min(dim=-1).values", "    return torch.where(values == best, target_ids, -NO_ID).max(dim=-1).values", "the greedy shortcut picks another draft token than vLLM on ties across ranks"),
-    Fault("shortcut-padding-mask", "vllm_kimi_eagle/serving/top_tokens.py", "    logits = logits[:, :num_valid]\n", "    logits = logits\n", "the greedy shortcut can draft a padding column of the LM head"),
-    Fault("cpu-sampler-mend-removed", "vllm_kimi_eagle/cpu/cpu_sampler.py", "    return {\"expand\": _install_expand(), \"top_k\": _install_top_k()}", "    return {\"expand\": \"absent\", \"top_k\": \"absent\"}", "greedy answers beside sampled requests go wrong on vLLM's CPU build"),
-    Fault("d2t-ignored", "vllm_kimi_eagle/serving/top_tokens.py", "        target_ids = draft_ids if d2t is None else draft_ids + d2t[draft_ids]", "        target_ids = draft_ids", "a pruned-vocabulary draft proposes draft ids as target ids"),
-    Fault("rope-override-dropped", "vllm_kimi_eagle/draft/rope_override.py", "        apply_rope_theta(config, served)", "        pass", "VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA is said to apply and does not"),
-    Fault("mla-detection-off", "vllm_kimi_eagle/serving/mla_detection.py", "            return original(self) or is_kimi_mla_draft(self.hf_text_config)", "            return original(self)", "kimi_k2 drafts judged non-MLA by vLLM"),
-    Fault("fc-norm-skipped", "vllm_kimi_eagle/serving/draft_model.py", "        if self.model.fc_norm is not None:\n", "        if False:\n", "an EAGLE3.1 draft's captured states reach fc unnormalised: a silently weaker draft"),
-    Fault("norm-output-ignored", "vllm_kimi_eagle/serving/draft_model.py", "return out, (out if self.spec.norm_output else prenorm)", "return out, prenorm", "an EAGLE3.1 draft's later steps read the pre-norm state it was not trained on"),
-    Fault("attention-input-swapped", "vllm_kimi_eagle/serving/draft_model.py", "torch.cat([self.input_layernorm(embeds), normed_hidden], dim=-1)", "torch.cat([normed_hidden, self.input_layernorm(embeds)], dim=-1)", "the draft's attention reads the hidden state where it was trained on the embedding"),
-    Fault("first-capture-id-off", "vllm_kimi_eagle/draft/layer_ids.py", "return [i + TO_CAPTURE_ID[convention] for i in written]", "return [i + TO_CAPTURE_ID[convention] + (n == 0) for n, i in enumerate(written)]", "vLLM captures one layer off for the draft's first id only: a silently weaker draft"),
-    Fault("q-a-layernorm-unloaded", "vllm_kimi_eagle/serving/draft_model.py", "            present.add(canonical)\n", "            present.add(canonical)  # planted\n            if canonical.endswith(\"q_a_layernorm.weight\"):\n                continue\n", "the draft's q_a_layernorm weight is left at its initial 1: a silently weaker draft"),
-    Fault("final-norm-unloaded", "vllm_kimi_eagle/serving/draft_model.py", "            present.add(canonical)\n", "            present.add(canonical)  # planted\n            if canonical == \"norm.weight\":\n                continue\n", "the draft's final norm weight is left at its initial 1: a silently weaker draft"),
-    Fault("release-gate-skipped", "vllm_kimi_eagle/compat/vllm_compat.py", "    if release in CHECKED_MINORS:\n", "    if True:\n", "the plugin acts in full on vLLM releases it was never checked on, its contract unread"),
-    Fault("nope-rotary-kept", "vllm_kimi_eagle/serving/draft_model.py", "        if spec.nope:  # Kimi-K3: the rope dims are attended unrotated\n", "        if False:\n", "a Kimi-K3 NoPE draft served with its rope dims rotated: a silently weaker draft"),
-    Fault("nope-scale-yarn", "vllm_kimi_eagle/serving/draft_model.py", "    if not spec.nope:\n        return config\n", "    if True:\n        return config\n", "a Kimi-K3 NoPE draft's softmax scaled by yarn's mscale it was not trained with"),
-    Fault("output-gate-not-applied", "vllm_kimi_eagle/serving/draft_model.py", "            self.self_attn.mla_attn.g_proj = ReplicatedLinear(", "            self.self_attn.g_proj_kept = ReplicatedLinear(", "a gated Kimi-K3 draft's g_proj loaded and never applied: a silently weaker draft", also=(("MOVED_PARAMS = {\"self_attn.g_proj.\": \"self_attn.mla_attn.g_proj.\"}", "MOVED_PARAMS = {\"self_attn.g_proj.\": \"self_attn.g_proj_kept.\"}"),)),
-    Fault("hidden-norm-flag-ignored", "vllm_kimi_eagle/serving/draft_model.py", "        self.hidden_norm = RMSNorm(h, eps=eps) if spec.hidden_norm else nn.Identity()", "        self.hidden_norm = RMSNorm(h, eps=eps)", "a draft trained without hidden_norm (use_input_layernorm_in_first_layer false) served with one at weight 1"),
-    Fault("final-norm-flag-ignored", "vllm_kimi_eagle/serving/draft_model.py", "        self.norm = RMSNorm(spec.hidden_size, eps=spec.rms_norm_eps) if spec.final_norm else None", "        self.norm = RMSNorm(spec.hidden_size, eps=spec.rms_norm_eps)", "a draft trained without its final norm (use_last_layernorm false) served with one at weight 1"),
-    Fault("norm-before-residual-ignored", "vllm_kimi_eagle/serving/draft_model.py", "        self.norm_before_residual = spec.norm_before_residual", "        self.norm_before_residual = False", "a norm_before_residual draft's residual taken before hidden_norm: a silently weaker draft"),
-    Fault("d2t-ignored-in-logits", "vllm_kimi_eagle/serving/top_tokens.py", "    targets = torch.arange(draft_logits.shape[-1], device=draft_logits.device) + d2t\n", "    targets = torch.arange(draft_logits.shape[-1], device=draft_logits.device)\n", "a pruned-vocabulary draft's logits scattered to the draft ids, not the target ids, on the plain path"),
-    Fault("quantization-scale-unloaded", "vllm_kimi_eagle/serving/draft_model.py", "            present.add(canonical)\n", "            present.add(canonical)  # planted\n            if canonical.endswith((\"weight_scale\", \"weight_scale_inv\")):\n                continue\n", "a quantized draft's scales left at their initial values: a draft that proposes nothing useful"),
-    Fault("window-refusal-removed", "vllm_kimi_eagle/draft/draft_fields.py", "        return window\n", "        return None\n", "a sliding-window draft served with full attention, without a word"),
-    Fault("plugin-switch-ignored", "vllm_kimi_eagle/__init__.py", "    if not settings.value(settings.PLUGIN):\n", "    if False:\n", "VLLM_KIMI_EAGLE=0 does not turn the plugin off"),
-    Fault("upstream-tensors-unchecked", "vllm_kimi_eagle/draft/draft_report.py", "    checked = layout is not None", "    checked = choice.ours and layout is not None", "a pruned draft without d2t served at acceptance 1.0 by vLLM's class, without a word"),
+# Faults of the plugin that serve no draft wrong in a way the registry names (its reading
+# of configs, the shortcut's rules, the mends, the switches). One line each: the change,
+# then what it would do to a user.
+PLUGIN_FAULTS = (
+    Fault("nope_reading_flipped", "vllm_kimi_eagle/draft/draft_positions.py", "    written = bool(draft_config.mla_use_nope)\n", "    written = not draft_config.mla_use_nope\n", "K3 NoPE drafts served with RoPE and K2 drafts without it"),
+    Fault("shortcut_tie_rule", "vllm_kimi_eagle/serving/top_tokens.py", "    return torch.where(values == best, target_ids, NO_ID).min(dim=-1).values", "    return torch.where(values == best, target_ids, -NO_ID).max(dim=-1).values", "the greedy shortcut picks another draft token than vLLM on ties across ranks"),
+    Fault("shortcut_padding_mask", "vllm_kimi_eagle/serving/top_tokens.py", "    logits = logits[:, :num_valid]\n", "    logits = logits\n", "the greedy shortcut can draft a padding column of the LM head"),
+    Fault("cpu_sampler_mend_removed", "vllm_kimi_eagle/cpu/cpu_sampler.py", "    return {\"expand\": _install_expand(), \"top_k\": _install_top_k()}", "    return {\"expand\": \"absent\", \"top_k\": \"absent\"}", "greedy answers beside sampled requests go wrong on vLLM's CPU build"),
+    Fault("shortcut_d2t_ignored", "vllm_kimi_eagle/serving/top_tokens.py", "        target_ids = draft_ids if d2t is None else draft_ids + d2t[draft_ids]", "        target_ids = draft_ids", "a pruned-vocabulary draft proposes draft ids as target ids"),
+    Fault("rope_override_dropped", "vllm_kimi_eagle/draft/rope_override.py", "        apply_rope_theta(config, served)", "        pass", "VLLM_KIMI_EAGLE_DRAFT_ROPE_THETA is said to apply and does not"),
+    Fault("mla_detection_off", "vllm_kimi_eagle/serving/mla_detection.py", "            return original(self) or is_kimi_mla_draft(self.hf_text_config)", "            return original(self)", "kimi_k2 drafts judged non-MLA by vLLM"),
+    Fault("norm_output_ignored", "vllm_kimi_eagle/serving/draft_model.py", "return out, (out if self.spec.norm_output else prenorm)", "return out, prenorm", "an EAGLE3.1 draft's later steps read the pre-norm state it was not trained on"),
+    Fault("attention_input_swapped", "vllm_kimi_eagle/serving/draft_model.py", "torch.cat([self.input_layernorm(embeds), normed_hidden], dim=-1)", "torch.cat([normed_hidden, self.input_layernorm(embeds)], dim=-1)", "the draft's attention reads the hidden state where it was trained on the embedding"),
+    Fault("release_gate_skipped", "vllm_kimi_eagle/compat/vllm_compat.py", "    if release in CHECKED_MINORS:\n", "    if True:\n", "the plugin acts in full on vLLM releases it was never checked on, its contract unread"),
+    Fault("nope_rotary_kept", "vllm_kimi_eagle/serving/draft_model.py", "        if spec.nope:  # Kimi-K3: the rope dims are attended unrotated\n", "        if False:\n", "a Kimi-K3 NoPE draft served with its rope dims rotated: a silently weaker draft"),
+    Fault("nope_scale_yarn", "vllm_kimi_eagle/serving/draft_model.py", "    if not spec.nope:\n        return config\n", "    if True:\n        return config\n", "a Kimi-K3 NoPE draft's softmax scaled by yarn's mscale it was not trained with"),
+    Fault("output_gate_not_applied", "vllm_kimi_eagle/serving/draft_model.py", "            self.self_attn.mla_attn.g_proj = ReplicatedLinear(", "            self.self_attn.g_proj_kept = ReplicatedLinear(", "a gated Kimi-K3 draft's g_proj loaded and never applied: a silently weaker draft", also=(("MOVED_PARAMS = {\"self_attn.g_proj.\": \"self_attn.mla_attn.g_proj.\"}", "MOVED_PARAMS = {\"self_attn.g_proj.\": \"self_attn.g_proj_kept.\"}"),)),
+    Fault("hidden_norm_flag_ignored", "vllm_kimi_eagle/serving/draft_model.py", "        self.hidden_norm = RMSNorm(h, eps=eps) if spec.hidden_norm else nn.Identity()", "        self.hidden_norm = RMSNorm(h, eps=eps)", "a draft trained without hidden_norm (use_input_layernorm_in_first_layer false) served with one at weight 1"),
+    Fault("final_norm_flag_ignored", "vllm_kimi_eagle/serving/draft_model.py", "        self.norm = RMSNorm(spec.hidden_size, eps=spec.rms_norm_eps) if spec.final_norm else None", "        self.norm = RMSNorm(spec.hidden_size, eps=spec.rms_norm_eps)", "a draft trained without its final norm (use_last_layernorm false) served with one at weight 1"),
+    Fault("norm_before_residual_ignored", "vllm_kimi_eagle/serving/draft_model.py", "        self.norm_before_residual = spec.norm_before_residual", "        self.norm_before_residual = False", "a norm_before_residual draft's residual taken before hidden_norm: a silently weaker draft"),
+    Fault("quantization_scale_unloaded", "vllm_kimi_eagle/serving/draft_model.py", "            present.add(canonical)\n", "            present.add(canonical)  # planted\n            if canonical.endswith((\"weight_scale\", \"weight_scale_inv\")):\n                continue\n", "a quantized draft's scales left at their initial values: a draft that proposes nothing useful"),
+    Fault("window_refusal_removed", "vllm_kimi_eagle/draft/draft_fields.py", "        return window\n", "        return None\n", "a sliding-window draft served with full attention, without a word"),
+    Fault("plugin_switch_ignored", "vllm_kimi_eagle/__init__.py", "    if not settings.value(settings.PLUGIN):\n", "    if False:\n", "VLLM_KIMI_EAGLE=0 does not turn the plugin off"),
+    Fault("upstream_tensors_unchecked", "vllm_kimi_eagle/draft/draft_report.py", "    checked = layout is not None", "    checked = choice.ours and layout is not None", "a pruned draft without d2t served at acceptance 1.0 by vLLM's class, without a word"),
 )
+
+
+
+
+def _serving_fault(serving) -> Fault:
+    planted = serving.planted
+    return Fault(serving.name, planted.path, planted.original, planted.planted, planted.harm,
+                 planted.also)
+
+
+# Every wrong serving of the registry (fixtures/wrong_servings.py) that one edit to the
+# plugin plants, under its name there, then the plugin's own.
+FAULTS = tuple(_serving_fault(s) for s in WRONG_SERVINGS if s.planted) + PLUGIN_FAULTS
 
 
 # The suite on the copy as it is, run first: green, or no red says anything.
@@ -96,8 +107,10 @@ def apply(fault: Fault, tree: str) -> None:
         found = text.count(original)
         if found != 1:
             raise SystemExit(f"planted_faults: {fault.name}: {path} holds the text to change "
-                             f"{found} times, not once: {original!r}. Update FAULTS in "
-                             f"{os.path.relpath(__file__, REPO)} to the code as it is now.")
+                             f"{found} times, not once: {original!r}. Update the fault to the "
+                             f"code as it is now: its wrong serving's planted edit in "
+                             f"vllm_kimi_eagle/fixtures/wrong_servings.py, or PLUGIN_FAULTS "
+                             f"in {os.path.relpath(__file__, REPO)}.")
         text = text.replace(original, planted)
     with open(path, "w") as f:
         f.write(text)

@@ -50,7 +50,7 @@ def test_a_right_run_passes_and_serves_every_control(run):
     assert [c.tensor_parallel for c in cases].count(1) == 1 + 2 * len(lifted.DRAFTS) + sum(
         1 for c in ctl.CONTROLS if c.folder)
     nope = [c for c in cases if c.draft == ctl.NOPE and c.draft_class == lv.IN_TREE]
-    assert all(c.control == "nope_served_with_rope" for c in nope)
+    assert all(c.control == "served_with_rope" for c in nope)
 
 
 @pytest.mark.parametrize("fault, check", [
@@ -87,7 +87,7 @@ def test_vllms_class_serving_a_nope_draft_as_if_rope_free_fails(run):
 
 def test_in_bfloat16_a_control_must_drop_past_the_tolerance(run):
     cases, results = run
-    name = f"tp1/{ctl.control_named('final_norm_skipped').folder}"
+    name = f"tp1/{ctl.control_named('norm_skipped').folder}"
     results[name].update(acceptance_length=RIGHT[ctl.EAGLE31] - 0.1,
                          reference_acceptance=RIGHT[ctl.EAGLE31] - 0.1)
     assert _failed(cases, results, "float32") == []

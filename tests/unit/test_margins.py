@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from vllm_kimi_eagle.fixtures import distill, margins
+from vllm_kimi_eagle.fixtures import wrong_servings as ws
 from vllm_kimi_eagle.fixtures.variants import MLA_DIMS, ROPE, TRAINED
 
 
@@ -45,7 +46,7 @@ def test_a_margin_counts_only_on_the_prompts_its_tests_decide_on():
 
 @pytest.mark.parametrize("needed", [None, margins.MOST_PROMPTS_TO_DECIDE + 1])
 def test_a_margin_too_noisy_to_decide_fails(needed):
-    (line,) = margins.problems({"capture_one_layer_late": figures(0.3, 0.3, needed=needed)},
+    (line,) = margins.problems({"eagle3:every_id_late": figures(0.3, 0.3, needed=needed)},
                                2.6)
     assert f"more than {margins.MOST_PROMPTS_TO_DECIDE}" in line
 
@@ -97,12 +98,12 @@ def test_every_margin_reads_a_trained_draft_and_says_what_it_does():
         assert margin.draft in TRAINED and (margin.minimum is None or margin.minimum > 0)
         assert set(margin.decided_on) <= {margins.CALIBRATE, margins.SUITE, margins.COMPARE}
         assert margin.decided_on
-        kinds = (margin.capture is not None) + margin.zeroed + margin.rope + bool(margin.part)
-        assert kinds + bool(margin.instead) == 1, margin
+        assert (margin.serving is None) == bool(margin.instead), margin
         assert margin.instead in (None, *TRAINED) and margin.instead != margin.draft
-        if margin.part:
-            assert margin.part[0] in margins.WRONG_PARTS, margin
-        if margin.rope:
+        if margin.serving:
+            assert margin.name == f"{margin.draft}:{margin.serving.name}", margin
+            assert margin.serving.kind in ws.SERVED, margin
+        if margin.serving and margin.serving.kind == "served_with_rope":
             assert dict(TRAINED[margin.draft].config).get("mla_use_nope"), margin
 
 
@@ -129,7 +130,7 @@ def _draft_and_output(trained: str):
 def test_a_nope_draft_served_with_rope_computes_another_draft_and_comes_back():
     draft, output = _draft_and_output("eagle3-k3-nope")
     as_trained = output()
-    with distill.served_with_rope(draft):
+    with ws.served_with_rope(draft):
         rotated = output()
     assert not torch.allclose(rotated[0, 1:], as_trained[0, 1:], atol=1e-4)
     # The first position attends only to itself: a rotation changes nothing there but
@@ -166,7 +167,7 @@ def test_every_part_the_plugin_reads_has_a_promised_margin_on_every_sensitive_dr
     and every NoPE draft served with RoPE at SERVED_WITH_ROPE_MINIMUM."""
     names = {m.name: m for m in margins.MARGINS}
     assert len(names) == len(margins.MARGINS)
-    for draft in margins.EVERY_PART:
+    for draft in ws.EVERY_PART:
         promised = {n.split(":", 1)[1] for n, m in names.items()
                     if m.draft == draft and ":" in n and m.minimum is not None}
         assert {"input_layernorm_weight_unloaded", "post_attention_layernorm_weight_unloaded",
@@ -174,49 +175,49 @@ def test_every_part_the_plugin_reads_has_a_promised_margin_on_every_sensitive_dr
                 "self_attn.q_a_layernorm_weight_unloaded"} <= promised, (draft, promised)
     assert "eagle3.1:fc_norm.2_weight_unloaded" in names
     # The final norm too: scaled where the LM head is the draft's own, taught elsewhere.
-    for draft in margins.EVERY_PART:
-        assert names[f"{draft}:norm_weight_unloaded"].minimum == margins.SINGLE_PART_MINIMUM
-    for draft in margins.EVERY_PART:
+    for draft in ws.EVERY_PART:
+        assert names[f"{draft}:norm_weight_unloaded"].minimum == ws.SINGLE_PART_MINIMUM
+    for draft in ws.EVERY_PART:
         rope = names.get(f"{draft}:rope_base")
         nope = dict(TRAINED[draft].config).get("mla_use_nope")
         assert (rope is None) == bool(nope), draft
-        assert nope or rope.minimum == margins.ROPE_BASE_MINIMUM, draft
+        assert nope or rope.minimum == ws.ROPE_BASE_MINIMUM, draft
         assert names[f"{draft}:self_attn.q_a_layernorm_skipped"].minimum == \
-            margins.SINGLE_PART_MINIMUM
-    served_with_rope = [m for m in margins.MARGINS if m.rope]
+            ws.SINGLE_PART_MINIMUM
+    served_with_rope = [m for m in margins.MARGINS
+                        if m.serving and m.serving.kind == "served_with_rope"]
     assert {m.draft for m in served_with_rope} == {
-        d for d in margins.EVERY_PART if dict(TRAINED[d].config).get("mla_use_nope")}
-    assert all(m.minimum == margins.SERVED_WITH_ROPE_MINIMUM for m in served_with_rope)
-    for draft in margins.EVERY_PART:
+        d for d in ws.EVERY_PART if dict(TRAINED[d].config).get("mla_use_nope")}
+    assert all(m.minimum == ws.SERVED_WITH_ROPE_MINIMUM for m in served_with_rope)
+    for draft in ws.EVERY_PART:
         capture = {n.split(":", 1)[1]: m.minimum for n, m in names.items()
-                   if m.draft == draft and m.capture and ":" in n}
+                   if m.draft == draft and m.serving and m.serving.kind == "capture"
+                   and not n.endswith(("every_id_early", "every_id_late"))}
         ids = {n.split("_id_")[0] for n in capture if "_id_" in n}
         # The late draft's [3, 4, 5]: its second id cannot move alone without a repeat.
         expected = {"first", "third"} | ({"second"} if draft != "eagle3-late" else set())
         assert ids == expected, (draft, capture)
         assert {"first_second_swapped", "first_third_swapped",
                 "second_third_swapped"} <= set(capture), (draft, capture)
-        assert set(capture.values()) == {margins.CAPTURE_MINIMUM}, (draft, capture)
-    assert names["eagle3.1_capture_one_layer_late"].minimum == margins.CAPTURE_MINIMUM
+        assert set(capture.values()) == {ws.CAPTURE_MINIMUM}, (draft, capture)
+    assert names["eagle3.1:every_id_late"].minimum == ws.CAPTURE_MINIMUM
 
 
-@pytest.mark.parametrize("kind, path", [("unloaded", "self_attn.q_a_layernorm"),
-                                        ("unloaded", "fc_norm.1"),
-                                        ("skipped", "self_attn.kv_a_layernorm"),
-                                        ("rope_base", "")])
-def test_a_part_served_wrong_changes_the_draft_and_comes_back(kind, path):
+@pytest.mark.parametrize("name", ["self_attn.q_a_layernorm_weight_unloaded",
+                                  "fc_norm.1_weight_unloaded", "self_attn.kv_a_layernorm_skipped",
+                                  "fc_norm_skipped", "norm_skipped", "rope_base"])
+def test_a_part_served_wrong_changes_the_draft_and_comes_back(name):
     draft, output = _draft_and_output("eagle3.1")
     with torch.no_grad():
-        for name, p in draft.named_parameters():
-            if "norm" in name:
+        for param_name, p in draft.named_parameters():
+            if "norm" in param_name:
                 p.uniform_(0.5, 2.0)
     as_trained = output()
-    margin = margins.Margin("m", "eagle3.1", "m", 0.1, (margins.CALIBRATE,), part=(kind, path))
-    with margins.served_wrong(margin, draft):
+    with ws.served_wrong(ws.named(name), None, draft, (2, 3, 5)) as read:
         wrong = output()
+    assert read.capture == (2, 3, 5) and read.states is None
     assert not torch.allclose(wrong[0, 1:], as_trained[0, 1:], atol=1e-4)
     torch.testing.assert_close(output(), as_trained)
-
 
 
 def test_every_single_part_floor_is_above_twice_the_suite_s_slack():

@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from vllm_kimi_eagle.fixtures import distill, margins  # noqa: E402
+from vllm_kimi_eagle.fixtures import wrong_servings as ws  # noqa: E402
 from vllm_kimi_eagle.fixtures.target import layer_similarity  # noqa: E402
 from vllm_kimi_eagle.fixtures.variants import TARGET_LAYERS, TRAINED, TRAINING  # noqa: E402
 
@@ -24,16 +25,38 @@ def test_wrong_captures_are_each_id_off_each_swap_and_every_id_off():
         (0, 2, 6), (0, 1, 5), (1, 0, 6), (6, 1, 0), (0, 6, 1)]
 
 
-@pytest.mark.parametrize("draft", margins.EVERY_PART)
+@pytest.mark.parametrize("draft", ws.EVERY_PART)
 def test_every_capture_margin_is_a_capture_the_draft_was_taught_to_fail_on(draft):
     taught = set(distill.wrong_captures(TRAINED[draft].capture))
-    measured = {m.capture for m in margins.MARGINS if m.draft == draft and m.capture}
+    measured = {ws.capture_read(m.serving, TRAINED[draft].capture) for m in margins.MARGINS
+                if m.draft == draft and m.serving and m.serving.kind == "capture"}
     assert measured and measured <= taught, measured - taught
 
 
-def test_the_rope_base_margin_is_a_base_the_drafts_were_taught_to_fail_on():
-    assert margins.ROPE_BASE_TIMES in TRAINING["wrong_rope_bases"]
-    assert all(f > 0 and f != 1 for f in TRAINING["wrong_rope_bases"])
+def test_every_attention_margin_is_a_serving_the_drafts_were_taught_to_fail_on():
+    for margin in margins.MARGINS:
+        if margin.serving and margin.serving.kind in ("rope_base", "served_with_rope"):
+            nope = distill.trained_spec(margin.draft).nope
+            assert margin.serving in ws.taught_attentions(nope), margin.name
+    assert ws.named("rope_base").part == ws.ROPE_BASE_TIMES
+    assert all(s.part > 0 and s.part != 1 for s in ws.taught_attentions(nope=False))
+
+
+def test_training_serves_the_attention_wrong_as_the_registry_says():
+    from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
+    from vllm_kimi_eagle.fixtures.variants import ROPE
+
+    rotated = ReferenceDraft(distill.trained_spec("eagle3"), dict(ROPE))
+    (wrong,) = distill.wrong_attentions(rotated)
+    attn = rotated.layers[0].self_attn
+    kept = dict(attn.rope)
+    with wrong(rotated):
+        assert attn.rope["rope_theta"] == kept["rope_theta"] * ws.ROPE_BASE_TIMES
+    nope = ReferenceDraft(distill.trained_spec("eagle3-k3-nope"), dict(ROPE))
+    (wrong,) = distill.wrong_attentions(nope)
+    with wrong(nope):
+        assert not nope.layers[0].self_attn.spec.nope
+    assert nope.layers[0].self_attn.spec.nope
 
 
 def test_rope_base_times_changes_only_the_base_and_restores_it():
@@ -43,7 +66,7 @@ def test_rope_base_times_changes_only_the_base_and_restores_it():
     draft = ReferenceDraft(distill.trained_spec("eagle3"), dict(ROPE))
     attn = draft.layers[0].self_attn
     kept = dict(attn.rope)
-    with distill.rope_base_times(draft, 10.0):
+    with ws.rope_base_times(draft, 10.0):
         assert attn.rope == dict(kept, rope_theta=kept["rope_theta"] * 10.0)
     assert attn.rope == kept
 
