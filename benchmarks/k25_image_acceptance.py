@@ -25,11 +25,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from tests.engines import MULTIPROCESS  # noqa: E402
 from tests.helpers import run_engine  # noqa: E402
 from vllm_kimi_eagle.fixtures import corpus, k25 as tiny_k25  # noqa: E402
 from vllm_kimi_eagle.fixtures.cache import ensure_tiny_models  # noqa: E402
-
-MULTIPROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}  # see tests/e2e/test_k25_e2e.py
 
 
 def main() -> None:

@@ -294,7 +294,6 @@ def pytest_collection_modifyitems(config, items):
 
     order = longest_first([project_file(item) for item in items])
     items[:] = reordered([items[i] for i in order], os.environ.get(ORDER_ENV, ""))
-    declare_engine_jobs(items)
     marked = [item for item in items if item.get_closest_marker("engine")]
     if not marked:
         return
@@ -310,18 +309,6 @@ def pytest_collection_modifyitems(config, items):
         elif action == "fail":
             item.stash[ENGINE_FAILURE] = (
                 f"engine tests must run on this release, but: {problem}")
-
-
-def declare_engine_jobs(items) -> None:
-    """What the collected modules ask of shared engines beyond the standard job (their
-    ENGINE_JOBS, tests/helpers.EngineJob): an engine runs every job declared for it in its
-    one start, whichever test starts it."""
-    from tests.helpers import declare_jobs
-
-    modules = {id(item.module): item.module for item in items
-               if getattr(item, "module", None) is not None}
-    for module in modules.values():
-        declare_jobs(getattr(module, "ENGINE_JOBS", ()))
 
 
 def pytest_runtest_setup(item):

@@ -20,9 +20,8 @@ import textwrap
 
 import pytest
 
-from tests import preloaded_vllm
-from vllm_kimi_eagle.fixtures import corpus, variants
-from vllm_kimi_eagle.fixtures.offline import SUITE_PROMPTS, SUITE_SEED
+from tests import engines, preloaded_vllm
+from vllm_kimi_eagle.fixtures import variants
 from vllm_kimi_eagle.fixtures.tokenizer import write_tokenizer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -255,16 +254,16 @@ def _preloaded_for(env: dict):
 
 
 # ---- engines on the tiny models, shared by every test module of the session ----------
-# The suite's prompts; the builder checks its margins on them too (fixtures/margins.py).
-PROMPTS = corpus.demo_prompts(SUITE_PROMPTS, seed=SUITE_SEED)
-MAX_TOKENS = 64
-NO_PLUGIN = {"VLLM_PLUGINS": ""}
+# The suite's engines are named in tests/engines.py; a test asks engine() for a job's result.
+PROMPTS, MAX_TOKENS, NO_PLUGIN = engines.PROMPTS, engines.MAX_TOKENS, engines.NO_PLUGIN
+STANDARD_JOB = engines.STANDARD_JOB
 # vLLM alone in float32 asks for CPU_MLA for the target and an MLA draft, as a user must on
 # a CPU with AMX, where vLLM would otherwise pick AMX_MLA, which cannot load float32
 # weights (the plugin does this itself, vllm_kimi_eagle/cpu/cpu_mla_backend.py). Elsewhere
 # CPU_MLA is what vLLM picks anyway, so the comparison with vLLM alone is the same on
 # every machine.
 CPU_MLA = "CPU_MLA"
+_ENGINES: dict = {}
 
 
 def upstream_float32_backends(draft_dir: str | None) -> dict:
@@ -276,58 +275,48 @@ def upstream_float32_backends(draft_dir: str | None) -> dict:
                                              if mla_draft else {})}
 
 
-# What an engine is started with (the rest of engine()'s keywords is what a job asks of it:
-# engine_run.py).
-START_KEYS = ("dtype", "enforce_eager", "tensor_parallel_size", "speculative_config",
-              "attention_backend", "draft_attention_backend", "trust_remote_code",
-              "language_model_only", "max_model_len", "num_speculative_tokens",
-              "kv_cache_memory_bytes")
-STANDARD_JOB = {"prompts": PROMPTS, "max_tokens": MAX_TOKENS}
-# The jobs test modules declare beyond the standard one (their ENGINE_JOBS, gathered at
-# collection by tests/conftest.py): each engine runs those declared for it in its one start.
-_DECLARED: list = []
-_ENGINES: dict = {}
+def engine_key(tiny: str, eng: engines.Engine, draft: str | None = None,
+               env: dict | None = None) -> tuple:
+    """What is started for ``eng`` (with a GIVEN draft and environment): (target, draft,
+    environment, start), each as text or a path, float32 unless the start says otherwise."""
+    draft_path = draft if eng.draft == engines.GIVEN else (
+        eng.draft and os.path.join(tiny, eng.draft))
+    full_env = {**eng.env, **(env or {})}
+    start = {"dtype": "float32", **eng.start_for(tiny)}
+    if full_env == NO_PLUGIN and start["dtype"] == "float32":
+        start = {**upstream_float32_backends(draft_path), **start}
+    return (os.path.join(tiny, eng.target), draft_path, json.dumps(full_env, sort_keys=True),
+            json.dumps(start, sort_keys=True))
 
 
-@dataclasses.dataclass(frozen=True)
-class EngineJob:
-    """A job a test module asks of an engine (its module-level ENGINE_JOBS list): the
-    arguments it passes to engine(), the job's keywords in ``job``."""
-
-    draft: str | None
-    job: dict
-    env: dict | None = None
-    target: str = "target"
-    start: dict = dataclasses.field(default_factory=dict)
-
-    def key_and_job(self, tiny: str):
-        return _engine_and_job(self.draft and os.path.join(tiny, self.draft), self.env,
-                               os.path.join(tiny, self.target), {**self.start, **self.job})
-
-
-def declare_jobs(declared) -> None:
-    """Add EngineJobs to what their engines run when they start (tests/conftest.py)."""
-    _DECLARED.extend(item for item in declared if item not in _DECLARED)
-
-
-def _engine_and_job(draft: str | None, env: dict | None, target: str, extra: dict):
-    """(the engine's key, the job) for engine()'s arguments (paths), defaults applied."""
-    start = {"dtype": "float32", **{k: v for k, v in extra.items() if k in START_KEYS}}
-    job = {**STANDARD_JOB, **{k: v for k, v in extra.items() if k not in START_KEYS}}
-    if env == NO_PLUGIN and start["dtype"] == "float32":
-        start = {**upstream_float32_backends(draft), **start}
-    return (target, draft, json.dumps(env or {}, sort_keys=True),
-            json.dumps(start, sort_keys=True)), job
+def _asked(eng, job, draft, env) -> None:
+    """Raise where a test asks what the registry does not hold (tests/engines.py)."""
+    where = f"engine {eng.name!r} (tests/engines.py)"
+    if engines.ENGINES.get(getattr(eng, "name", None)) is not eng:
+        raise LookupError(f"{eng!r} is no engine of the suite's registry (tests/engines.py): "
+                          "ask for one with engines.named(NAME) at the module's top level")
+    if (draft is None) == (eng.draft == engines.GIVEN):
+        whose = "the test gives it" if eng.draft == engines.GIVEN else "the registry names it"
+        raise TypeError(f"{where}: its draft is one {whose}; draft={draft!r} was passed")
+    if env and not eng.env_given:
+        raise TypeError(f"{where} takes no environment from the test; add an engine to the "
+                        "registry for this one")
+    if isinstance(job, dict) and not eng.job_given:
+        raise TypeError(f"{where} runs only its named jobs "
+                        f"({', '.join(engines.jobs_of(eng))}); name the job in the registry")
+    if isinstance(job, str) and job not in engines.jobs_of(eng):
+        raise LookupError(f"{where} has no job {job!r}: its jobs are "
+                          f"{', '.join(engines.jobs_of(eng))}; add it there, so that the "
+                          "engine runs it in its one start")
 
 
-def engine(tiny: str, draft: str | None, env: dict | None = None, target: str = "target",
-           **extra) -> dict:
-    """One engine on the tiny models (``target`` and ``draft``: folder names or paths;
-    float32 unless ``extra`` says otherwise) and one job's result on it: 8 prompts x 64
-    greedy tokens unless ``extra`` asks another job (engine_run.py). Each engine starts
-    once for the whole run: it runs the standard job, every job test modules declare for
-    it (ENGINE_JOBS) and the job asked, in that order, and the results are kept for every
-    test.
+def engine(tiny: str, eng: engines.Engine, job: str | dict = engines.STANDARD,
+           draft: str | None = None, env: dict | None = None) -> dict:
+    """One of the suite's engines on the tiny models (tests/engines.py) and one job's result
+    on it: the standard job (8 prompts x 64 greedy tokens) unless ``job`` names another
+    the registry lists for it, or, for an engine whose draft a test writes, gives one.
+    Each engine starts once for the whole run: it runs its standard job and every job the
+    registry lists for it, in that order, and the results are kept for every test.
 
     The plugin's class served plainly keeps its standard job's first prefill too (a
     clone, which changes no token or counter): captured_engine() needs no start of its own.
@@ -337,29 +326,29 @@ def engine(tiny: str, draft: str | None, env: dict | None = None, target: str = 
     per step) is exact only where bfloat16 rounding cannot flip a near-tie; with the
     realistic draft (many rejections, many batch shapes) float32 keeps "lossless" a
     statement about speculation, not about rounding."""
-    key, job = _engine_and_job(draft and os.path.join(tiny, draft), env,
-                               os.path.join(tiny, target), extra)
-    standard = _standard_job(key, env)
-    if job == STANDARD_JOB:
-        job = standard
-    text = json.dumps(key)
+    _asked(eng, job, draft, env)
+    key = engine_key(tiny, eng, draft, env)
+    full_env = {**eng.env, **(env or {})}
+    named = engines.jobs_of(eng)
+    if eng.plain or eng.captured:
+        standard = named[engines.STANDARD]
+        named[engines.STANDARD] = {**standard, **_capture_of(key, standard)}
+    jobs = list(named.values())
+    if isinstance(job, dict):
+        asked = {**STANDARD_JOB, **job}
+        jobs.append(asked)
+        share = [key, asked]
+    else:
+        asked, share = named[job], key
+    text = json.dumps(share)
     if text not in _ENGINES:
-        jobs = []
-        for other in [standard, *(j for item in _DECLARED
-                                  for k, j in [item.key_and_job(tiny)] if k == key), job]:
-            if other not in jobs:
-                jobs.append(other)
-        jobs = _in_test_order(jobs)
-        _ENGINES[text] = shared_run(key, lambda: _run_jobs(key, jobs, env))
+        in_order = _in_test_order(jobs)
+        _ENGINES[text] = shared_run(share, lambda: _run_jobs(key, in_order, full_env))
     run = _ENGINES[text]
-    if "error" not in run and job not in run["asked"]:
-        # Not declared for this engine: another start (the account's "started N times"
-        # names it; declare the job in the module's ENGINE_JOBS).
-        run = shared_run([key, job], lambda: _run_jobs(key, [job], env))
     if "error" in run:
         return run
     facts = {k: v for k, v in run.items() if k not in ("jobs", "asked")}
-    return {**facts, **run["jobs"][run["asked"].index(job)]}
+    return {**facts, **run["jobs"][run["asked"].index(asked)]}
 
 
 # The order `pytest --test-order` asks (tests/conftest.py sets it for every worker):
@@ -383,13 +372,6 @@ def reordered(things: list, order: str) -> list:
 
 def _in_test_order(jobs: list[dict]) -> list[dict]:
     return reordered(jobs, os.environ.get(ORDER_ENV, ""))
-
-
-def _standard_job(key, env: dict | None) -> dict:
-    """The standard job; for the plugin's class served plainly (a draft, no environment,
-    float32 and nothing else started otherwise), with its first prefill kept."""
-    plain = key[1] and not env and json.loads(key[3]) == {"dtype": "float32"}
-    return {**STANDARD_JOB, **_capture_of(key, STANDARD_JOB)} if plain else STANDARD_JOB
 
 
 def _run_jobs(key, jobs: list[dict], env: dict | None) -> dict:
@@ -447,15 +429,14 @@ def _capture_of(key, job: dict) -> dict:
             "capture_path": os.path.join(_CAPTURE_DIR[0], f"{draft}-{name}.pt")}
 
 
-def captured_engine(tiny: str, draft: str, env: dict | None = None, **extra) -> dict:
-    """engine() in float32 with the draft's first prefill inputs and outputs saved (the
-    file is ``result["captured"]``): for the plugin's class served plainly, the same run
-    and job as engine()'s."""
-    if not env and not extra:
-        return engine(tiny, draft)
-    key, job = _engine_and_job(os.path.join(tiny, draft), env, os.path.join(tiny, "target"),
-                               extra)
-    return engine(tiny, draft, env=env, **_capture_of(key, job), **extra)
+def captured_engine(tiny: str, eng: engines.Engine) -> dict:
+    """engine()'s standard job with the draft's first prefill inputs and outputs saved (the
+    file is ``result["captured"]``): the plugin's class served plainly, or an engine the
+    registry marks ``captured``."""
+    if not (eng.plain or eng.captured):
+        raise LookupError(f"engine {eng.name!r} (tests/engines.py) keeps no prefill: mark it "
+                          "captured there")
+    return engine(tiny, eng)
 
 
 # vLLM's run of our class vs the reference, float32 end to end: vLLM's CPU MLA kernel and

@@ -15,6 +15,7 @@ import shutil
 
 import pytest
 
+from tests import engines
 from tests.helpers import MAX_TOKENS, engine, place_in_hf_cache, run_cli, served
 from vllm_kimi_eagle.draft.layer_ids import CONVENTION_KEY, IDS_KEY
 from vllm_kimi_eagle.fixtures.cache import build_summary
@@ -33,6 +34,8 @@ ALL_LAYERS = "1,2,3,4,5,6"
 # at least calibrate's first round.
 DECIDED_HERE = CALIBRATE_DECIDES
 FIRST_ROUND = cli.TINY_DEFAULTS["num_prompts"]
+# A calibrate --write copy served on calibrate's prompts (tests/engines.py).
+CALIBRATED = engines.named("calibrated")
 
 # Drafts whose trained reading these prompts do not decide (the build measures no margin
 # for them): calibrate keeps today's reading, undecided. Every other one must be decided.
@@ -195,8 +198,9 @@ def test_a_wrong_explicit_convention_is_caught_confirmed_and_written(tiny, captu
         "input-of"
     assert json.loads(open(os.path.join(draft, "config.json")).read())[CONVENTION_KEY] == \
         "output-of"  # the user's folder is untouched
-    result = served(engine(tiny, written, prompts=[p["messages"][0]["content"]
-                                                   for p in calibration_prompts]))
+    result = served(engine(tiny, CALIBRATED, {"prompts": [p["messages"][0]["content"]
+                                                          for p in calibration_prompts]},
+                           draft=written))
     assert result["drafts"] > 0
     print(f"--write copy served: acceptance {result['acceptance_length']} "
           f"{result['acceptance_by_position']}; calibrate confirmed {rec['online']}")
@@ -251,7 +255,7 @@ def test_calibrate_settles_a_k3_drafts_ambiguous_nope(tiny, capture, calibration
     rope = _retyped(tiny, tmp_path, name, "read-with-rope",
                     lambda config: config.update(mla_use_nope=False))
     prompts = [p["messages"][0]["content"] for p in calibration_prompts]
-    as_trained, as_rope = (served(engine(tiny, folder, prompts=prompts))
+    as_trained, as_rope = (served(engine(tiny, CALIBRATED, {"prompts": prompts}, draft=folder))
                            for folder in (written, rope))
     assert as_trained["drafts"] > 0 and as_rope["drafts"] > 0
     print(f"served: NoPE {as_trained['acceptance_length']}, RoPE {as_rope['acceptance_length']}")

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import pytest
 
+from tests import engines
 from tests.helpers import MAX_TOKENS, PROMPTS, engine, served
 
-COMPILED = {"enforce_eager": False}
-UPSTREAM = {"VLLM_KIMI_EAGLE_DRAFT": "upstream"}
-DRAFTS = ["draft", "draft-eagle3.1"]
+DRAFTS = list(engines.COMPILED_DRAFTS)
+COMPILED = {None: engines.named("none@compiled"),
+            **{d: engines.named(f"{d}@compiled") for d in DRAFTS}}
+COMPILED_UPSTREAM = {d: engines.named(f"{d}@compiled+upstream") for d in DRAFTS}
+EAGER = {d: engines.named(d) for d in DRAFTS}
 # vLLM logs this when it compiles the draft (its model tag is "eagle_head").
 DRAFT_COMPILED = "eagle_head"
 pytestmark = pytest.mark.engine
 
 
-def _compiled(tiny, draft, env=None):
-    result = served(engine(tiny, draft, env=env, **COMPILED))
+def _compiled(tiny, draft, upstream=False):
+    result = served(engine(tiny, (COMPILED_UPSTREAM if upstream else COMPILED)[draft]))
     if draft:
         assert result["drafts"] > 0, "no draft was proposed"
         assert DRAFT_COMPILED in result["_log"], "the draft was not compiled"
@@ -40,7 +43,7 @@ def test_compiled_greedy_output_is_lossless(tiny, draft):
 @pytest.mark.parametrize("draft", DRAFTS)
 def test_compiled_acceptance_next_to_eager(tiny, draft):
     compiled = _compiled(tiny, draft)
-    eager = served(engine(tiny, draft))
+    eager = served(engine(tiny, EAGER[draft]))
     assert eager["drafts"] > 0
     print(f"\n{draft}: acceptance compiled {compiled['acceptance_length']} "
           f"{compiled['acceptance_by_position']}, eager {eager['acceptance_length']} "
@@ -53,7 +56,7 @@ def test_compiled_acceptance_next_to_eager(tiny, draft):
 @pytest.mark.parametrize("draft", DRAFTS)
 def test_compiled_side_by_side_with_upstream_class(tiny, draft):
     ours = _compiled(tiny, draft)
-    theirs = _compiled(tiny, draft, env=UPSTREAM)
+    theirs = _compiled(tiny, draft, upstream=True)
     assert theirs["draft_class"].startswith("vllm.model_executor.models.deepseek_eagle3:")
     assert ours["draft_class"].startswith("vllm_kimi_eagle.serving.draft_model:")
     print(f"\n{draft} compiled: ours {ours['acceptance_length']} "

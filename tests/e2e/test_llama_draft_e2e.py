@@ -17,8 +17,8 @@ import os
 
 import pytest
 
+from tests import engines
 from tests.helpers import (
-    NO_PLUGIN,
     PROMPTS,
     engine,
     probe_engine_config,
@@ -32,10 +32,11 @@ from vllm_kimi_eagle.fixtures.offline import served_acceptance
 from vllm_kimi_eagle.fixtures.variants import AUX_LAYER_IDS, LLAMA_DRAFT
 
 pytestmark = pytest.mark.engine
+OURS, ALONE, PLAIN, REFUSED = (engines.named(n) for n in (
+    f"{LLAMA_DRAFT}@bf16", f"{LLAMA_DRAFT}@bf16+no-plugin", "none@bf16", LLAMA_DRAFT))
 NEEDS_AMX = pytest.mark.skipif(not amx_available(), reason="an MLA target with a non-MLA "
                                "draft needs AMX_MLA (bfloat16, a CPU with AMX) on vLLM's CPU "
                                "build; its twin without AMX runs instead")
-BF16 = {"dtype": "bfloat16"}
 # bfloat16 against the float32 reference: acceptance in bfloat16 is float32's within 0.2%
 # on the base draft (docs/measurements.md, CPUs with AMX), and an answer may flip where
 # the no-draft server's own answer flips when only its batch changes (1 in 48 there).
@@ -45,9 +46,9 @@ BF16_FLIPS = 1
 
 @NEEDS_AMX
 def test_a_llama_draft_reads_the_layers_it_was_trained_on(tiny):
-    ours = served(engine(tiny, LLAMA_DRAFT, **BF16))
-    alone = served(engine(tiny, LLAMA_DRAFT, env=NO_PLUGIN, **BF16))
-    plain = served(engine(tiny, None, **BF16))
+    ours = served(engine(tiny, OURS))
+    alone = served(engine(tiny, ALONE))
+    plain = served(engine(tiny, PLAIN))
     reference, spec = reference_draft(os.path.join(tiny, LLAMA_DRAFT))
     trained = served_acceptance(tiny_target(tiny), reference, served_sequences(ours),
                                 AUX_LAYER_IDS)
@@ -72,6 +73,6 @@ def test_without_amx_the_layers_are_resolved_and_the_pairing_refused_by_vllm(tin
     config = probe_engine_config(os.path.join(tiny, "target"), os.path.join(tiny, LLAMA_DRAFT))
     assert config["top_level_layer_ids"] == AUX_LAYER_IDS, config
     assert config["use_mla"] is False and config["target_use_mla"] is True
-    refused = engine(tiny, LLAMA_DRAFT)
+    refused = engine(tiny, REFUSED)
     assert "No common block size" in refused.get("error", "") + refused["_stderr"], \
         refused.get("error", "served")

@@ -12,41 +12,24 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import EngineJob, engine, served
+from tests import engines
+from tests.helpers import engine, served
 
 pytestmark = pytest.mark.engine
 
-# top_k in one request and top_p in none: the batch's first step (every request
-# prefilling, no draft token) takes the CPU top-k path on an empty batch, which killed the
-# engine before the plugin's mend (cpu_sampler.py, defect 2).
-# Each runs to its length (a sampled token may be <|eos|>), beside the greedy rows to the end.
-TO_LENGTH = {"max_tokens": 64, "ignore_eos": True}
-SAMPLED = [
-    {"temperature": 0.8, "seed": 1, **TO_LENGTH},
-    {"temperature": 0.8, "top_k": 20, "n": 2, "logprobs": 2, "seed": 2, **TO_LENGTH},
-    {"temperature": 1.0, **TO_LENGTH},
-    {"temperature": 0.5, "seed": 3, **TO_LENGTH},
-]
-# For vLLM's stand-in: temperature only. Its uninitialised top-k can also index past the
-# vocabulary and take the engine down ("index ... is out of bounds"), which would end the
-# run before the greedy rows can be compared.
-SAMPLED_NO_TOP_K_OR_P = [{"temperature": 0.8, "max_tokens": 64, "seed": 1},
-                         {"temperature": 1.0, "max_tokens": 64, "n": 2, "logprobs": 2}]
-
-
-MIXED = {"mixed": SAMPLED, "mixed_vllm_stand_in": SAMPLED_NO_TOP_K_OR_P}
-# Asked of the base draft's shared engine (tests/helpers.engine), after its greedy chats.
-ENGINE_JOBS = [EngineJob("draft", MIXED)]
+# The sampled requests and vLLM's stand-in are a job of the base draft's shared engine
+# (tests/engines.py MIXED), after its greedy chats.
+PLUGIN, NONE = engines.named("draft"), engines.named("none")
 
 
 @pytest.fixture(scope="module")
 def mixed(tiny):
-    return served(engine(tiny, "draft", **MIXED))
+    return served(engine(tiny, PLUGIN, "mixed"))
 
 
 @pytest.fixture(scope="module")
 def no_draft(tiny):
-    return served(engine(tiny, None))
+    return served(engine(tiny, NONE))
 
 
 def first_difference(row, reference) -> str:

@@ -23,13 +23,13 @@ import os
 
 import pytest
 
-from tests.helpers import BASE_ENV, PROMPTS, engine, run_engine, served
+from tests import engines
+from tests.helpers import engine, served
 from vllm_kimi_eagle.cpu.cpu_mla_backend import amx_available
 from vllm_kimi_eagle.fixtures.quantized import write_quantized_draft
 
 pytestmark = pytest.mark.engine
 
-IN_TREE = {"VLLM_KIMI_EAGLE_DRAFT": "upstream"}
 # Acceptance length a quantized draft may lose against the unquantized one. In bfloat16 a
 # near-tie flips with the batch shape, so the two serve different sequences and land
 # either side of each other by up to about this much; a broken one falls far below.
@@ -53,10 +53,14 @@ def quantized(tiny, tmp_path_factory):
 WORDS = {"fp8": "block FP8 [64, 128]", "int8": "compressed-tensors W8A8 int8"}
 
 
-def serve(tiny, draft_folder, env=None) -> dict:
-    return run_engine({"target": os.path.join(tiny, "target"), "draft": draft_folder,
-                       "prompts": PROMPTS, "max_tokens": 64, "dtype": "bfloat16"},
-                      env={**BASE_ENV, **(env or {})})
+# Each quantized copy through the plugin's route and through vLLM's class (the switch),
+# bfloat16, beside the unquantized draft in bfloat16 (tests/engines.py).
+PLUGIN, IN_TREE = engines.named("quantized@bf16"), engines.named("quantized@bf16+upstream")
+UNQUANTIZED = engines.named("draft@bf16")
+
+
+def serve(tiny, draft_folder, route=PLUGIN) -> dict:
+    return engine(tiny, route, draft=draft_folder)
 
 
 def figures(run: dict) -> str:
@@ -77,13 +81,13 @@ def test_a_quantized_draft_serves_at_the_unquantized_acceptance(tiny, quantized,
         assert "serve the unquantized draft here, or this one on a GPU" in ours["error"]
         assert "Loading weights took" not in ours["_log"]  # no weight was read
         if scheme == "int8":  # refused where vLLM's in-tree class cannot serve it either
-            in_tree = serve(tiny, quantized[scheme], env=IN_TREE)
+            in_tree = serve(tiny, quantized[scheme], IN_TREE)
             print(f"{scheme}: in-tree {figures(in_tree)}")
             assert "error" in in_tree and "drafts" not in in_tree, figures(in_tree)
         return
-    unquantized = served(engine(tiny, "draft", dtype="bfloat16"))
+    unquantized = served(engine(tiny, UNQUANTIZED))
     print(f"{scheme}: unquantized {figures(unquantized)}")
-    in_tree = serve(tiny, quantized[scheme], env=IN_TREE)
+    in_tree = serve(tiny, quantized[scheme], IN_TREE)
     print(f"{scheme}: in-tree {figures(in_tree)}")
     for run in (served(ours), served(in_tree)):
         assert run["drafts"] > 0, "no draft proposed"
@@ -98,7 +102,7 @@ def test_a_draft_with_layers_left_in_float_is_refused_not_served_wrong(tiny, qua
     assert "q_a_proj.weight' has dtype F32" in ours["error"]
     assert "kv_a_proj_with_mqa.weight' has dtype F32" in ours["error"]
     if amx_available():  # what vLLM alone makes of it, for the record
-        in_tree = serve(tiny, quantized["fp8-partial"], env=IN_TREE)
+        in_tree = serve(tiny, quantized["fp8-partial"], IN_TREE)
         print(f"fp8 with q_a/kv_a in float: in-tree {figures(in_tree)}")
 
 
@@ -117,17 +121,17 @@ def test_a_scheme_only_vllms_class_loads_is_handed_to_it_by_itself(tiny, quantiz
         # A CPU build without vLLM's int4 kernel (compiled for AVX-512 only): vLLM alone
         # stops at the engine's first step; the plugin refuses at start-up, in one line
         # naming the kernel, with the switch or without.
-        for env in (None, IN_TREE):
-            refused = serve(tiny, quantized["w4a16"], env=env)
-            print(f"\nw4a16 ({env}): {figures(refused)}")
+        for route in (PLUGIN, IN_TREE):
+            refused = serve(tiny, quantized["w4a16"], route)
+            print(f"\nw4a16 ({route.name}): {figures(refused)}")
             assert refused["error"].startswith("DraftRefusedError: "), refused["error"][:400]
             assert "cpu_gemm_wna16 kernel, which this build of vLLM does not have" in \
                 refused["error"]
             assert "Loading weights took" not in refused["_log"]  # no weight was read
         return
     handed = served(serve(tiny, quantized["w4a16"]))
-    chosen = served(serve(tiny, quantized["w4a16"], env=IN_TREE))
-    unquantized = served(engine(tiny, "draft", dtype="bfloat16"))
+    chosen = served(serve(tiny, quantized["w4a16"], IN_TREE))
+    unquantized = served(engine(tiny, UNQUANTIZED))
     print(f"\nw4a16: handed over {figures(handed)}, with the switch {figures(chosen)}, "
           f"unquantized {figures(unquantized)}")
     assert handed["drafts"] > 0, "no draft proposed"

@@ -10,12 +10,12 @@ import os
 import pytest
 import torch
 
+from tests import engines
 from tests.helpers import (
     EXPORTS,
     LATE_CAPTURE,
     LATE_EXPLICIT,
     LATE_EXPORT,
-    NO_PLUGIN,
     TOLERANCE,
     captured_engine,
     engine,
@@ -27,6 +27,8 @@ from vllm_kimi_eagle.draft.rope_override import ROPE_THETA_ENV
 
 pytestmark = pytest.mark.engine
 BASE = "draft"
+PLUGIN = {name: engines.named(name) for name in (BASE, *EXPORTS, LATE_EXPORT, LATE_EXPLICIT)}
+ROPE_10000 = engines.named("draft@rope-10000")
 
 
 SAME_ACCEPTANCE = 0.02
@@ -41,8 +43,8 @@ def _figures(result: dict) -> str:
 
 @pytest.mark.parametrize("draft", list(EXPORTS))
 def test_export_serves_with_base_acceptance(tiny, draft):
-    base = served(engine(tiny, BASE))
-    result = served(engine(tiny, draft))
+    base = served(engine(tiny, PLUGIN[BASE]))
+    result = served(engine(tiny, PLUGIN[draft]))
     assert base["drafts"] > 0 and result["drafts"] > 0
     print(f"\n{draft}: {_figures(result)}; base {_figures(base)}")
     assert abs(result["acceptance_length"] - base["acceptance_length"]) <= SAME_ACCEPTANCE
@@ -50,8 +52,8 @@ def test_export_serves_with_base_acceptance(tiny, draft):
 
 
 def test_custom_id_export_serves_like_explicit_ids(tiny):
-    explicit = served(engine(tiny, LATE_EXPLICIT))
-    exported = served(engine(tiny, LATE_EXPORT))
+    explicit = served(engine(tiny, PLUGIN[LATE_EXPLICIT]))
+    exported = served(engine(tiny, PLUGIN[LATE_EXPORT]))
     assert explicit["drafts"] > 0 and exported["drafts"] > 0
     print(f"\n{LATE_EXPORT}: {_figures(exported)}; same weights, explicit ids "
           f"{LATE_CAPTURE}: {_figures(explicit)}")
@@ -71,14 +73,15 @@ WITHOUT_PLUGIN = {
     "draft-specforge": "error: Eagle3DeepSeekMTPModel",
     LATE_EXPORT: "lower",  # nested [4, 2, 3] used verbatim: layers 2, 3, 4, not 3, 4, 5
 }
+ALONE = {name: engines.named(f"{name}@no-plugin") for name in WITHOUT_PLUGIN}
 
 
 @pytest.mark.parametrize("draft", list(WITHOUT_PLUGIN))
 def test_side_by_side_without_plugin(tiny, draft):
     reference = LATE_EXPLICIT if draft == LATE_EXPORT else BASE
-    ours = served(engine(tiny, draft))
-    plain = engine(tiny, draft, env=NO_PLUGIN)
-    reference_run = served(engine(tiny, reference))
+    ours = served(engine(tiny, PLUGIN[draft]))
+    plain = engine(tiny, ALONE[draft])
+    reference_run = served(engine(tiny, PLUGIN[reference]))
     print(f"\n{draft}: plugin {_figures(ours)} | VLLM_PLUGINS='' {_figures(plain)} | "
           f"{reference} (plugin) {_figures(reference_run)}")
     expected = WITHOUT_PLUGIN[draft]
@@ -101,8 +104,8 @@ def test_draft_served_with_another_rope_base(tiny):
     computes what the reference computes with 10000, not with 50000; the target decides
     the tokens, so the output does not change. What the acceptance does with another
     base is a property of the weights, not of the option, and is printed only."""
-    base = served(engine(tiny, BASE))
-    other = served(captured_engine(tiny, BASE, env={ROPE_THETA_ENV: "10000"}))
+    base = served(engine(tiny, PLUGIN[BASE]))
+    other = served(captured_engine(tiny, ROPE_10000))
     assert base["drafts"] > 0 and other["drafts"] > 0
     print(f"\nrope base 50000 (config): {_figures(base)}\nrope base 10000 ({ROPE_THETA_ENV}): "
           f"{_figures(other)}")
