@@ -95,9 +95,11 @@ class Engine:
         return dict(self.start(tiny) if callable(self.start) else self.start)
 
     @property
-    def plain(self) -> bool:
-        """A draft served plainly: no environment, float32 and nothing else started."""
-        return bool(self.draft) and not self.env and not self.start and not self.env_given
+    def keeps_first_prefill(self) -> bool:
+        """Its standard job keeps the draft's first prefill: marked ``captured``, or a draft
+        served plainly (no environment, float32 and nothing else started)."""
+        plain = bool(self.draft) and not self.env and not self.start and not self.env_given
+        return self.captured or plain
 
 
 def _draft_model(tiny: str, **extra) -> dict:
@@ -118,8 +120,7 @@ COMPILED = {"enforce_eager": False}
 TP2 = {"tensor_parallel_size": 2}
 # The drafts served side by side with vLLM's in-tree class: the layout variants written in
 # vLLM's convention, the separately trained drafts and the Kimi-K3 ones.
-SIDE_BY_SIDE = tuple(v.name for v in variants.DRAFT_VARIANTS
-                     if v.layer_ids == "input-of" and v.name != variants.LLAMA_DRAFT)
+SIDE_BY_SIDE = tuple(v.name for v in variants.DRAFT_VARIANTS if v.layer_ids == "input-of")
 # The training tools' exports vLLM alone is run on (test_trainer_exports_e2e).
 EXPORTS_ALONE = ("draft-modelopt", "draft-torchspec", "draft-torchspec-vllm",
                  "draft-specforge", "draft-late-modelopt")

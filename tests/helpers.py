@@ -291,10 +291,10 @@ def engine_key(tiny: str, eng: engines.Engine, draft: str | None = None,
 
 def _asked(eng, job, draft, env) -> None:
     """Raise where a test asks what the registry does not hold (tests/engines.py)."""
-    where = f"engine {eng.name!r} (tests/engines.py)"
     if engines.ENGINES.get(getattr(eng, "name", None)) is not eng:
         raise LookupError(f"{eng!r} is no engine of the suite's registry (tests/engines.py): "
                           "ask for one with engines.named(NAME) at the module's top level")
+    where = f"engine {eng.name!r} (tests/engines.py)"
     if (draft is None) == (eng.draft == engines.GIVEN):
         whose = "the test gives it" if eng.draft == engines.GIVEN else "the registry names it"
         raise TypeError(f"{where}: its draft is one {whose}; draft={draft!r} was passed")
@@ -328,9 +328,9 @@ def engine(tiny: str, eng: engines.Engine, job: str | dict = engines.STANDARD,
     statement about speculation, not about rounding."""
     _asked(eng, job, draft, env)
     key = engine_key(tiny, eng, draft, env)
-    full_env = {**eng.env, **(env or {})}
+    full_env = json.loads(key[2])
     named = engines.jobs_of(eng)
-    if eng.plain or eng.captured:
+    if eng.keeps_first_prefill:
         standard = named[engines.STANDARD]
         named[engines.STANDARD] = {**standard, **_capture_of(key, standard)}
     jobs = list(named.values())
@@ -433,7 +433,7 @@ def captured_engine(tiny: str, eng: engines.Engine) -> dict:
     """engine()'s standard job with the draft's first prefill inputs and outputs saved (the
     file is ``result["captured"]``): the plugin's class served plainly, or an engine the
     registry marks ``captured``."""
-    if not (eng.plain or eng.captured):
+    if not eng.keeps_first_prefill:
         raise LookupError(f"engine {eng.name!r} (tests/engines.py) keeps no prefill: mark it "
                           "captured there")
     return engine(tiny, eng)

@@ -35,6 +35,7 @@ def test_no_two_names_start_the_same_configuration(tmp_path):
 
 @pytest.mark.parametrize("asked, error", [
     (dict(eng=engines.Engine("draft", "draft")), "no engine of the suite's registry"),
+    (dict(eng="draft"), "no engine of the suite's registry"),  # a name is asked through named()
     (dict(eng=engines.named("draft"), job="both paths"), "has no job 'both paths'"),
     (dict(eng=engines.named("draft"), job={"max_tokens": 4}), "runs only its named jobs"),
     (dict(eng=engines.named("draft"), draft="/elsewhere"), "the registry names it"),
