@@ -8,7 +8,6 @@ of a process that has imported vLLM and nothing of the plugin (tests/preloaded_v
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os

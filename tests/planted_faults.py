@@ -81,8 +81,6 @@ PLUGIN_FAULTS = (
 )
 
 
-
-
 def _serving_fault(serving) -> Fault:
     planted = serving.planted
     return Fault(serving.name, planted.path, planted.original, planted.planted, planted.harm,

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_kimi_eagle.fixtures import distill, margins
+from vllm_kimi_eagle.fixtures import margins
 from vllm_kimi_eagle.fixtures import wrong_servings as ws
-from vllm_kimi_eagle.fixtures.variants import MLA_DIMS, ROPE, TRAINED
+from vllm_kimi_eagle.fixtures.variants import MLA_DIMS, ROPE, TRAINED, trained_spec
 
 
 def figures(cost_calibrate: float, cost_suite: float, needed: int | None = 10,
@@ -110,7 +110,6 @@ def test_every_margin_reads_a_trained_draft_and_says_what_it_does():
 def _draft_and_output(trained: str):
     """A seeded reference draft of ``TRAINED[trained]``'s config, and a function giving its
     first step's output over fixed random tokens and captured states."""
-    from vllm_kimi_eagle.fixtures.distill import trained_spec
     from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
 
     torch.manual_seed(0)

@@ -287,11 +287,11 @@ def test_smoothing_keeps_the_draft_and_undoes_the_norms_factors(trained):
     """The quantized copies of the integer-activation schemes are smoothed first: the same
     function, and the seeded factors a trained draft's norms carry (up to 16 either way)
     cancel, so that an int8 grid over a token's activations keeps every channel."""
-    from vllm_kimi_eagle.fixtures import distill, sensitivity
+    from vllm_kimi_eagle.fixtures import sensitivity
     from vllm_kimi_eagle.fixtures.quantized import smoothed
     from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
 
-    spec = distill.trained_spec(trained)
+    spec = variants.trained_spec(trained)
     rope = dict(variants.ROPE if spec.attention == "mla" else variants.LLAMA_ROPE)
     torch.manual_seed(0)
     draft = ReferenceDraft(spec, rope)

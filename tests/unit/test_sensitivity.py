@@ -7,11 +7,10 @@ import pytest
 import torch
 
 from vllm_kimi_eagle.fixtures import sensitivity
-from vllm_kimi_eagle.fixtures.variants import ROPE, TRAINED
+from vllm_kimi_eagle.fixtures.variants import ROPE, TRAINED, trained_spec
 
 
 def reference(trained: str):
-    from vllm_kimi_eagle.fixtures.distill import trained_spec
     from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
 
     torch.manual_seed(0)

@@ -11,7 +11,12 @@ torch = pytest.importorskip("torch")
 from vllm_kimi_eagle.fixtures import distill, margins  # noqa: E402
 from vllm_kimi_eagle.fixtures import wrong_servings as ws  # noqa: E402
 from vllm_kimi_eagle.fixtures.target import layer_similarity  # noqa: E402
-from vllm_kimi_eagle.fixtures.variants import TARGET_LAYERS, TRAINED, TRAINING  # noqa: E402
+from vllm_kimi_eagle.fixtures.variants import (  # noqa: E402
+    TARGET_LAYERS,
+    TRAINED,
+    TRAINING,
+    trained_spec,
+)
 
 
 def test_wrong_captures_are_each_id_off_each_swap_and_every_id_off():
@@ -36,7 +41,7 @@ def test_every_capture_margin_is_a_capture_the_draft_was_taught_to_fail_on(draft
 def test_every_attention_margin_is_a_serving_the_drafts_were_taught_to_fail_on():
     for margin in margins.MARGINS:
         if margin.serving and margin.serving.kind in ("rope_base", "served_with_rope"):
-            nope = distill.trained_spec(margin.draft).nope
+            nope = trained_spec(margin.draft).nope
             assert margin.serving in ws.taught_attentions(nope), margin.name
     assert ws.named("rope_base").part == ws.ROPE_BASE_TIMES
     assert all(s.part > 0 and s.part != 1 for s in ws.taught_attentions(nope=False))
@@ -46,13 +51,13 @@ def test_training_serves_the_attention_wrong_as_the_registry_says():
     from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
     from vllm_kimi_eagle.fixtures.variants import ROPE
 
-    rotated = ReferenceDraft(distill.trained_spec("eagle3"), dict(ROPE))
+    rotated = ReferenceDraft(trained_spec("eagle3"), dict(ROPE))
     (wrong,) = distill.wrong_attentions(rotated)
     attn = rotated.layers[0].self_attn
     kept = dict(attn.rope)
     with wrong(rotated):
         assert attn.rope["rope_theta"] == kept["rope_theta"] * ws.ROPE_BASE_TIMES
-    nope = ReferenceDraft(distill.trained_spec("eagle3-k3-nope"), dict(ROPE))
+    nope = ReferenceDraft(trained_spec("eagle3-k3-nope"), dict(ROPE))
     (wrong,) = distill.wrong_attentions(nope)
     with wrong(nope):
         assert not nope.layers[0].self_attn.spec.nope
@@ -63,7 +68,7 @@ def test_rope_base_times_changes_only_the_base_and_restores_it():
     from vllm_kimi_eagle.fixtures.reference import ReferenceDraft
     from vllm_kimi_eagle.fixtures.variants import ROPE
 
-    draft = ReferenceDraft(distill.trained_spec("eagle3"), dict(ROPE))
+    draft = ReferenceDraft(trained_spec("eagle3"), dict(ROPE))
     attn = draft.layers[0].self_attn
     kept = dict(attn.rope)
     with ws.rope_base_times(draft, 10.0):
@@ -96,7 +101,7 @@ def test_the_drafts_whose_final_norm_starts_spread_are_those_it_cannot_be_scaled
     from vllm_kimi_eagle.fixtures.sensitivity import scaled_norms
 
     for name, trained in TRAINED.items():
-        spec = distill.trained_spec(name)
+        spec = trained_spec(name)
         scaled = "norm" in scaled_norms(spec, not trained.target_vocab_weights)
         assert distill.final_norm_spread(name) == (spec.final_norm and not scaled), name
     assert distill.final_norm_spread("eagle3") and distill.final_norm_spread("eagle3.1")
